@@ -1,0 +1,2 @@
+from gen.cli import main
+raise SystemExit(main())
