@@ -1,0 +1,223 @@
+"""The reshard coprocessor ISA, defined once, as data.
+
+Every consumer derives from the tables here: the Amaranth decoder (``hw/``),
+the assembler and compiler (``gen/``) and the golden model (``model/``), so
+software and hardware cannot disagree about an instruction. docs/isa.md is
+the prose version of this file.
+
+An instruction is one 256-bit little-endian word. Bits [7:0] are the opcode;
+each opcode has named fields at fixed bit positions; every bit not covered by
+a field is reserved and must be zero (a non-zero reserved bit is an illegal
+instruction, which catches most corrupted words).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+ISA_VERSION = 1
+WORD_BITS = 256
+WORD_BYTES = WORD_BITS // 8
+VA_BITS = 48          # address fields in the word; hardware may implement fewer
+OPCODE_BITS = 8
+
+
+class Op(enum.IntEnum):
+    ILLEGAL = 0x00    # all-zero word: never valid, so zeroed memory stops a program
+    VERSION = 0x01
+    COPY = 0x02
+    FENCE = 0x03
+    REMAP = 0x04
+    INVAL = 0x05
+    SIGNAL = 0x06
+    WAIT = 0x07
+    COMMIT = 0x08
+    HALT = 0x09
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    width: int
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.width) - 1
+
+
+# Field layout per opcode: (name, lsb, width). Keep in step with docs/isa.md.
+FORMATS: dict[Op, tuple[Field, ...]] = {
+    Op.VERSION: (Field("version", 8, 16),),
+    Op.COPY: (
+        Field("chan", 8, 4),
+        Field("ctx", 12, 4),
+        Field("tag", 16, 16),
+        Field("src", 32, 48),
+        Field("dst", 80, 48),
+        Field("row_bytes", 128, 32),
+        Field("rows", 160, 32),
+        Field("src_stride", 192, 32),
+        Field("dst_stride", 224, 32),
+    ),
+    Op.FENCE: (Field("mask", 8, 16),),
+    Op.REMAP: (
+        Field("ctx", 8, 4),
+        Field("size", 12, 2),
+        Field("perm", 14, 2),
+        Field("staged", 16, 1),
+        Field("dev", 24, 8),
+        Field("va", 32, 48),
+        Field("pa", 80, 48),
+    ),
+    Op.INVAL: (
+        Field("ctx", 8, 4),
+        Field("size", 12, 2),
+        Field("staged", 16, 1),
+        Field("va", 32, 48),
+    ),
+    Op.SIGNAL: (Field("dev", 8, 8), Field("sem", 16, 8)),
+    Op.WAIT: (Field("sem", 16, 8), Field("count", 24, 16)),
+    Op.COMMIT: (Field("ctx", 8, 4),),
+    Op.HALT: (),
+}
+
+PERM_R = 1
+PERM_W = 2
+
+
+class Status(enum.IntEnum):
+    """Coprocessor status register."""
+    IDLE = 0
+    RUNNING = 1
+    HALTED = 2      # reached HALT, every copy completed without fault
+    FAULT = 3       # a copy faulted; stopped at the FENCE/COMMIT/HALT that observed it
+    ILLEGAL = 4     # illegal instruction or illegal use; stopped at that instruction
+    ABORTED = 5     # blocked in WAIT when the whole system went quiescent
+
+
+class Cause(enum.IntEnum):
+    NONE = 0
+    # translation faults (fault records)
+    NOT_MAPPED = 1
+    NO_READ = 2
+    NO_WRITE = 3
+    REMOTE_READ = 4     # source page maps to another device
+    OUT_OF_RANGE = 5    # physical address beyond the device's memory
+    # illegal-instruction causes (status register)
+    BAD_OPCODE = 16
+    RESERVED_BITS = 17
+    BAD_CHANNEL = 18
+    BAD_CONTEXT = 19
+    MISALIGNED = 20
+    VERSION_MISMATCH = 21
+    COMMIT_UNFENCED = 22
+    BAD_DEVICE = 23
+    BAD_SEMAPHORE = 24
+    ADDRESS_WIDTH = 25   # address field wider than the hardware's address bits
+    PC_OVERFLOW = 26     # ran past the end of instruction memory
+    # aborted
+    DEADLOCK = 32
+
+
+@dataclass(frozen=True)
+class ArchParams:
+    """Architectural parameters shared by the golden model, compiler and RTL.
+
+    The golden model and the RTL must be built with the same values: TLB
+    capacity and replacement are architectural here, because a miss is a
+    fault (there is no page-table walker).
+    """
+    devices: int = 2
+    mem_bytes: int = 1 << 21
+    page_sizes: tuple[int, int, int, int] = (4096, 65536, 1 << 20, 1 << 21)
+    tlb_entries: int = 64
+    contexts: int = 4
+    channels: int = 4
+    semaphores: int = 8
+    imem_words: int = 1024
+    addr_bits: int = 32     # implemented virtual/physical address bits
+
+    def __post_init__(self):
+        def check(cond, what):
+            if not cond:
+                raise ValueError(what)
+        check(isinstance(self.devices, int) and 1 <= self.devices <= 256,
+              f"devices must be 1..256, not {self.devices!r}")
+        check(len(self.page_sizes) == 4 and all(p > 0 and p & (p - 1) == 0 for p in self.page_sizes)
+              and list(self.page_sizes) == sorted(self.page_sizes),
+              f"page_sizes must be 4 ascending powers of two, not {self.page_sizes!r}")
+        check(self.mem_bytes > 0 and self.mem_bytes % self.page_sizes[0] == 0,
+              f"mem_bytes must be a positive multiple of the smallest page, not {self.mem_bytes!r}")
+        check(1 <= self.tlb_entries <= 4096, f"tlb_entries must be 1..4096, not {self.tlb_entries!r}")
+        check(1 <= self.contexts <= 16, f"contexts must be 1..16, not {self.contexts!r}")
+        check(1 <= self.channels <= 16, f"channels must be 1..16, not {self.channels!r}")
+        check(1 <= self.semaphores <= 256, f"semaphores must be 1..256, not {self.semaphores!r}")
+        check(1 <= self.imem_words, f"imem_words must be positive, not {self.imem_words!r}")
+        check(self.mem_bytes <= 1 << self.addr_bits <= 1 << VA_BITS,
+              f"addr_bits {self.addr_bits!r} must cover mem_bytes and be at most {VA_BITS}")
+
+    def to_json(self) -> dict:
+        return {"devices": self.devices, "mem_bytes": self.mem_bytes,
+                "page_sizes": list(self.page_sizes), "tlb_entries": self.tlb_entries,
+                "contexts": self.contexts, "channels": self.channels,
+                "semaphores": self.semaphores, "imem_words": self.imem_words,
+                "addr_bits": self.addr_bits}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ArchParams":
+        d = dict(d)
+        d["page_sizes"] = tuple(d["page_sizes"])
+        return cls(**d)
+
+
+class EncodeError(ValueError):
+    pass
+
+
+def encode(op: Op, **fields: int) -> int:
+    """Pack an instruction into a 256-bit integer; every field must fit."""
+    op = Op(op)
+    if op is Op.ILLEGAL:
+        raise EncodeError("ILLEGAL is not an encodable instruction")
+    fmt = {f.name: f for f in FORMATS[op]}
+    unknown = set(fields) - set(fmt)
+    if unknown:
+        raise EncodeError(f"{op.name} has no field {sorted(unknown)[0]!r}")
+    word = int(op)
+    for name, f in fmt.items():
+        v = fields.get(name, 0)
+        if not isinstance(v, int) or v < 0 or v > f.mask:
+            raise EncodeError(f"{op.name} field {name}={v!r} does not fit in {f.width} bits")
+        word |= v << f.lsb
+    return word
+
+
+def reserved_mask(op: Op) -> int:
+    used = (1 << OPCODE_BITS) - 1
+    for f in FORMATS[op]:
+        used |= f.mask << f.lsb
+    return ((1 << WORD_BITS) - 1) & ~used
+
+
+@dataclass(frozen=True)
+class Decoded:
+    op: Op | None          # None: unknown opcode
+    fields: dict = field(default_factory=dict)
+    reserved_ok: bool = True
+
+
+def decode(word: int) -> Decoded:
+    opcode = word & ((1 << OPCODE_BITS) - 1)
+    try:
+        op = Op(opcode)
+    except ValueError:
+        return Decoded(None, {"opcode": opcode}, False)
+    if op is Op.ILLEGAL:
+        return Decoded(op, {}, False)
+    vals = {f.name: (word >> f.lsb) & f.mask for f in FORMATS[op]}
+    return Decoded(op, vals, (word & reserved_mask(op)) == 0)
+
+
+def word_to_hex(word: int) -> str:
+    return f"{word:0{WORD_BITS // 4}x}"
