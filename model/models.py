@@ -147,5 +147,5 @@ def random_state_dict(spec: ModelSpec, seed: int = 0):
     import torch
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    m = AutoModelForCausalLM.from_config(spec.hf_config(), torch_dtype=torch.float32)
+    m = AutoModelForCausalLM.from_config(spec.hf_config(), dtype=torch.float32)
     return {n: p.detach().clone() for n, p in m.named_parameters()}
