@@ -127,6 +127,10 @@ def check_rollout(model: ModelSpec, rollout: ParallelSpec, world: int):
     if model.kv_heads % t and t % model.kv_heads:
         raise InputError(f"rollout tp={t} and the {model.kv_heads} KV heads of {model.name}: "
                          f"one must divide the other")
+    padded = -(-model.vocab // VLLM_VOCAB_PADDING) * VLLM_VOCAB_PADDING
+    if padded % t:
+        raise InputError(f"rollout tp={t} does not divide the padded vocabulary {padded} "
+                         f"({model.vocab} rounded up to a multiple of {VLLM_VOCAB_PADDING})")
     if rollout.pp > 1 and model.layers % rollout.pp:
         raise InputError(f"rollout pp={rollout.pp} does not divide the {model.layers} layers of {model.name}")
     if world % rollout.world:
