@@ -130,7 +130,7 @@ class ArchParams:
     """
     devices: int = 2
     mem_bytes: int = 1 << 21
-    page_sizes: tuple[int, int, int, int] = (4096, 65536, 1 << 20, 1 << 21)
+    page_sizes: tuple[int, int, int, int] = (4096, 65536, 1 << 18, 1 << 21)
     tlb_entries: int = 64
     contexts: int = 4
     channels: int = 4

@@ -1,0 +1,61 @@
+"""``python -m gen run --engine golden DIR``: execute a compiled program and verify it."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+NAME = "run"
+HELP = "run a compiled program directory on an engine and verify the rollout shards"
+ORDER = 34
+ENGINES = ("golden",)
+
+
+def add_arguments(p):
+    p.add_argument("dir", help="compiled program directory (from `compile`)")
+    p.add_argument("--engine", default="golden", help=f"{' | '.join(ENGINES)} (default golden)")
+
+
+def execute(loaded, engine: str) -> dict:
+    """Run on an engine; returns the executor-neutral result dict (memories, tlb, ...)."""
+    from model.errors import InputError
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if loaded.memories is None:
+        raise InputError(f"{loaded.path}: compiled without memory images (--no-images); nothing to run")
+    from model.golden import GoldenSystem
+    t0 = time.perf_counter()
+    res = GoldenSystem(loaded.arch, loaded.programs, loaded.memories).run()
+    return {"engine": "golden", "memories": res.memories, "tlb": res.tlb,
+            "status": [s.name for s in res.status], "cause": [c.name for c in res.cause], "pc": res.pc,
+            "faults": res.faults, "bytes_copied": res.bytes_copied, "bytes_remapped": res.bytes_remapped,
+            "descriptors": res.descriptors, "seconds": time.perf_counter() - t0}
+
+
+def summarize(loaded, res: dict) -> dict:
+    from model.verify import verify
+    v = verify(loaded.manifest, res["memories"], res["tlb"])
+    # zero-copy bytes: rollout pages the compiler pointed at training pages
+    remapped = [d["report"]["bytes_remapped"] for d in loaded.manifest["devices"]]
+    ok = v["verified"] and not res["faults"] and all(s == "HALTED" for s in res["status"])
+    out = {"verified": ok, "engine": res["engine"], "status": res["status"], "cause": res["cause"],
+           "pc": res["pc"], "faults": res["faults"], "bytes_copied": sum(res["bytes_copied"]),
+           "bytes_remapped": sum(remapped), "descriptors": sum(res["descriptors"]),
+           "per_device": {"bytes_copied": res["bytes_copied"], "bytes_remapped": remapped,
+                          "descriptors": res["descriptors"],
+                          "rollout_bytes_mapped": res["bytes_remapped"]},
+           "rollout_bytes_checked": v["bytes_checked"], "mismatches": v["mismatches"]}
+    for k in ("cycles", "lower_bound_cycles", "sim_cycles_per_s"):
+        if k in res:
+            out[k] = res[k]
+    return out
+
+
+def run(args) -> int:
+    from gen.artifacts import load_compiled
+    loaded = load_compiled(args.dir)
+    res = execute(loaded, args.engine)
+    out = summarize(loaded, res)
+    json.dump(out, sys.stdout)
+    print()
+    return 0 if out["verified"] else 1

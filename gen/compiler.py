@@ -1,0 +1,374 @@
+"""The reshard compiler: a ``minimal`` plan -> one coprocessor program per device.
+
+Memory map of every device (the same on all, so windows line up):
+
+- physical ``[0, train_span)``: the device's training shard buffer, mapped
+  read-only at the same virtual addresses in context 0 (the copy context);
+- physical ``[stage_pa, stage_pa + rollout_span)``: the staging area the
+  rollout shard is assembled in; device d's staging area is mapped writable
+  in context 0 of every device at ``stage_window(d)``, so a remote copy is a
+  push into the destination's staging area;
+- context 1 (the rollout context) maps the vLLM tensors at ``tensor_va``:
+  pages whose bytes the device already holds, page-aligned, are remapped
+  onto the training pages (zero copy); every other page maps the staging
+  page of the same offset. These mappings are staged and switched in by one
+  ``COMMIT`` once every device has signalled that its copies completed.
+
+Each vLLM tensor's virtual address is chosen so that its largest local run
+lands congruent, modulo the page size, with its training bytes: that is what
+makes zero-copy remaps possible.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from hw.isa import ISA_VERSION, PERM_R, PERM_W, ArchParams, Op, encode
+from model.errors import InputError
+from model.layouts import _vllm_rank, vllm_ranks
+from model.plan import Plan
+
+CTX_COPY = 0
+CTX_ROLLOUT = 1
+SEM_DONE = 0
+TENSOR_ALIGN = 64        # bytes; keeps DMA rows bus-aligned where possible
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+@dataclass
+class Copy:
+    src_va: int
+    dst_va: int
+    rows: int
+    row_bytes: int
+    src_stride: int
+    dst_stride: int
+    dst_dev: int
+    chan: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_bytes
+
+
+@dataclass
+class DeviceProgram:
+    device: int
+    words: list[int]
+    asm: list[str]
+    copies: list[Copy]
+    tensors: list[dict]             # rollout tensors: name, shape, va, bytes
+    remaps: list[tuple[int, int, int, int, int, int]]   # ctx, size_idx, perm, staged, va, pa
+    bytes_copied: int = 0
+    bytes_remapped: int = 0
+    bytes_in: int = 0               # written into this device by others
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class Compiled:
+    plan: Plan
+    arch: ArchParams
+    train_span: int
+    stage_pa: int
+    rollout_span: int
+    devices: list[DeviceProgram]
+
+    def stage_window(self, d: int) -> int:
+        return self.stage_pa + d * self.rollout_span
+
+    def report(self, bus_bytes: int) -> list[dict]:
+        out = []
+        for p in self.devices:
+            reads = p.bytes_copied
+            writes = sum(c.nbytes for c in p.copies if c.dst_dev == p.device) + p.bytes_in
+            net_out = sum(c.nbytes for c in p.copies if c.dst_dev != p.device)
+            ports = {"mem_read": reads, "mem_write": writes, "net_out": net_out, "net_in": p.bytes_in}
+            out.append({"device": p.device, "descriptors": len(p.copies), "bytes_copied": p.bytes_copied,
+                        "bytes_remapped": p.bytes_remapped, "remaps": len(p.remaps),
+                        "instructions": len(p.words), "port_bytes": ports,
+                        "lower_bound_beats": -(-max(ports.values()) // bus_bytes)})
+        return out
+
+
+def _greedy_pages(va: int, pa: int, n: int, sizes: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """Cover [va, va+n) -> [pa, ...) with the fewest aligned pages: (size_idx, va, pa)."""
+    out = []
+    end = va + n
+    while va < end:
+        for idx in range(len(sizes) - 1, -1, -1):
+            s = sizes[idx]
+            if va % s == 0 and pa % s == 0 and va + s <= end:
+                break
+        else:
+            raise AssertionError("range not aligned to the smallest page")
+        out.append((idx, va, pa))
+        va += s
+        pa += s
+    return out
+
+
+def choose_arch(plan: Plan, base: ArchParams | None = None, **overrides) -> tuple[ArchParams, int, int, int]:
+    """Size device memory for the plan: (arch, train_span, stage_pa, rollout_span)."""
+    es = plan.elem_bytes
+    base = base or ArchParams()
+    sizes = overrides.get("page_sizes") or base.page_sizes
+
+    def span_align(n: int) -> int:
+        # the smallest page that covers the region in at most 4 entries keeps the TLB small
+        for s in sizes[1:]:
+            if -(-n // s) <= 4:
+                return s
+        return sizes[-1]
+
+    n_train = max(r.size for r in plan.train_layout.ranks) * es
+    train_span = _align(n_train, span_align(n_train))
+    # rollout span: tensors plus alignment slack (at most one page + TENSOR_ALIGN each)
+    tensors = max(len(_tensor_table(plan, g)) for g in range(plan.world))
+    n_roll = max(r.size for r in plan.rollout_layout.ranks) * es + tensors * (sizes[0] + TENSOR_ALIGN)
+    big = span_align(n_roll)
+    rollout_span = _align(n_roll, big)
+    # the staging base is aligned to the largest page so windows can use big pages
+    stage_pa = _align(train_span, big)
+    mem = stage_pa + rollout_span
+    addr_bits = max(base.addr_bits, (stage_pa + plan.world * rollout_span - 1).bit_length())
+    params = base.to_json()
+    params.update(devices=plan.world, mem_bytes=mem, addr_bits=addr_bits)
+    params.update({k: v for k, v in overrides.items() if v is not None})
+    params["page_sizes"] = tuple(params["page_sizes"])
+    try:
+        arch = ArchParams(**params)
+    except ValueError as e:
+        raise InputError(f"architecture parameters: {e}") from None
+    return arch, train_span, stage_pa, rollout_span
+
+
+def _tensor_table(plan: Plan, g: int):
+    _, stage, t = vllm_ranks(plan.rollout, g)
+    return _vllm_rank(plan.model, plan.rollout, t, stage)[2]
+
+
+def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | None = None,
+                 **overrides) -> Compiled:
+    if plan.scheme != "minimal":
+        raise InputError(f"the compiler takes a 'minimal' plan, not {plan.scheme!r}")
+    arch, train_span, stage_pa, rollout_span = choose_arch(plan, arch, **overrides)
+    if arch.devices != plan.world:
+        raise InputError(f"--devices {arch.devices} does not match the plan's world {plan.world}")
+    es = plan.elem_bytes
+    P = arch.page_sizes[0]
+    world = plan.world
+    comp = Compiled(plan, arch, train_span, stage_pa, rollout_span, [])
+    by_dst: list[list] = [[] for _ in range(world)]
+    for g, ts in plan._assignment:
+        by_dst[g] = ts
+
+    # 1. per destination: tensor virtual addresses, remapped pages, and the copy runs
+    layout: list[dict] = []
+    for g in range(world):
+        table = _tensor_table(plan, g)
+        runs = by_dst[g]
+        # largest local single-row run per tensor decides its alignment
+        starts = [off for _, _, off in table]
+        best: dict[int, tuple[int, int, int]] = {}
+        for src, _param, so, do, rows, n, _ss, _ds in runs:
+            if src == g and rows == 1 and n * es >= P:
+                ti = bisect.bisect_right(starts, do) - 1
+                if ti not in best or n > best[ti][0]:
+                    best[ti] = (n, so, do)
+        va = 0
+        tensors = []
+        for ti, (name, shape, off) in enumerate(table):
+            nbytes = 1
+            for d in shape:
+                nbytes *= d
+            nbytes *= es
+            va = _align(va, TENSOR_ALIGN)
+            if ti in best:
+                _, so, do = best[ti]
+                want = (so * es - (do - off) * es) % P
+                va += (want - va) % P
+            tensors.append({"name": name, "shape": list(shape), "va": va, "bytes": nbytes, "off": off})
+            va += nbytes
+        if va > rollout_span:
+            raise AssertionError("rollout span too small")
+        tensor_va = [t["va"] - t["off"] * es for t in tensors]   # va = tensor_va[ti] + off*es
+
+        def rva(off, _starts=starts, _tv=tensor_va):
+            return _tv[bisect.bisect_right(_starts, off) - 1] + off * es
+
+        remapped: dict[int, int] = {}     # rollout va page -> training pa page
+        pieces = []                        # (src, src_byte, dst_va, rows, row_bytes, ss, ds)
+        for src, _param, so, do, rows, n, ss, ds in runs:
+            sb, dva, nb = so * es, rva(do), n * es
+            if src == g and rows == 1 and (dva - sb) % P == 0 and nb >= P:
+                first = _align(dva, P)
+                last = (dva + nb) // P * P
+                if last > first:
+                    for pg in range(first, last, P):
+                        remapped[pg] = sb + (pg - dva)
+                    if first > dva:
+                        pieces.append((src, sb, dva, 1, first - dva, first - dva, first - dva))
+                    if dva + nb > last:
+                        t = dva + nb - last
+                        pieces.append((src, sb + (last - dva), last, 1, t, t, t))
+                    continue
+            pieces.append((src, sb, dva, rows, nb, ss * es, ds * es))
+        layout.append({"self": g, "tensors": tensors, "remapped": remapped, "pieces": pieces, "span": va})
+
+    # 2. TLB budget: drop the least valuable remaps until every device fits
+    ctx0 = _ctx0_pages(arch, comp)
+    for g in range(world):
+        while True:
+            ctx1 = _ctx1_pages(arch, comp, layout[g])
+            if len(ctx0) + len(ctx1) <= arch.tlb_entries:
+                break
+            if not layout[g]["remapped"]:
+                raise InputError(f"device {g} needs {len(ctx0) + len(ctx1)} TLB entries; the hardware has "
+                                 f"{arch.tlb_entries} (raise --tlb-entries or use larger pages)")
+            _drop_smallest_remap_run(layout[g], P)
+
+    # 3. programs: each device pushes what it sources
+    sources: list[list] = [[] for _ in range(world)]
+    for g in range(world):
+        for src, sb, dva, rows, nb, ss, ds in layout[g]["pieces"]:
+            sources[src].append((g, sb, dva, rows, nb, ss, ds))
+    incoming = [0] * world
+    for g in range(world):
+        incoming[g] = sum(p[3] * p[4] for p in layout[g]["pieces"] if p[0] != g)
+    for s in (range(world) if only is None else only):
+        copies = []
+        for g, sb, dva, rows, nb, ss, ds in sources[s]:
+            copies.append(Copy(sb, comp.stage_window(g) + dva, rows, nb, ss, ds, g))
+        copies = _merge_copies(copies)
+        _balance(copies, arch.channels)
+        ctx1 = _ctx1_pages(arch, comp, layout[s])
+        prog = _emit(arch, s, world, ctx0, ctx1, copies)
+        words, asm = prog
+        bytes_remapped = sum(arch.page_sizes[i] for i, _va, _pa, remap in ctx1 if remap)
+        dp = DeviceProgram(s, words, asm, copies, layout[s]["tensors"],
+                           [(CTX_COPY, i, PERM_R if not w else PERM_W, 0, va, pa) for i, va, pa, w, _d in ctx0]
+                           + [(CTX_ROLLOUT, i, PERM_R, 1, va, pa) for i, va, pa, _r in ctx1],
+                           sum(c.nbytes for c in copies), bytes_remapped, incoming[s])
+        if len(words) > arch.imem_words:
+            raise InputError(f"device {s}: program of {len(words)} words does not fit instruction memory "
+                             f"of {arch.imem_words} words (raise --imem-words)")
+        comp.devices.append(dp)
+    return comp
+
+
+def _ctx0_pages(arch: ArchParams, comp: Compiled):
+    """(size_idx, va, pa, writable, dev): training read-only, every staging window writable."""
+    out = [(i, va, pa, False, None) for i, va, pa in _greedy_pages(0, 0, comp.train_span, arch.page_sizes)]
+    for d in range(arch.devices):
+        for i, va, pa in _greedy_pages(comp.stage_window(d), comp.stage_pa, comp.rollout_span, arch.page_sizes):
+            out.append((i, va, pa, True, d))
+    return out
+
+
+def _ctx1_pages(arch: ArchParams, comp: Compiled, lay: dict):
+    """(size_idx, va, pa, is_remap) covering the rollout span of one device."""
+    P = arch.page_sizes[0]
+    span = _align(max(lay["span"], P), P)
+    remapped = lay["remapped"]
+    out = []
+    va = 0
+    while va < span:
+        if va in remapped:
+            start, pa0 = va, remapped[va]
+            while va in remapped and remapped[va] == pa0 + (va - start):
+                va += P
+            out += [(i, v, p, True) for i, v, p in _greedy_pages(start, pa0, va - start, arch.page_sizes)]
+        else:
+            start = va
+            while va < span and va not in remapped:
+                va += P
+            out += [(i, v, p, False) for i, v, p in
+                    _greedy_pages(start, comp.stage_pa + start, va - start, arch.page_sizes)]
+    return out
+
+
+def _drop_smallest_remap_run(lay: dict, P: int):
+    """Turn the shortest run of remapped pages back into local copies."""
+    remapped = lay["remapped"]
+    runs, cur = [], []
+    for va in sorted(remapped):
+        if cur and va == cur[-1] + P and remapped[va] == remapped[cur[-1]] + P:
+            cur.append(va)
+        else:
+            if cur:
+                runs.append(cur)
+            cur = [va]
+    runs.append(cur)
+    victim = min(runs, key=len)
+    pa = remapped[victim[0]]
+    for va in victim:
+        del remapped[va]
+    n = len(victim) * P
+    # training bytes sit at physical = training-buffer offset
+    lay["pieces"].append((lay["self"], pa, victim[0], 1, n, n, n))
+
+
+def _merge_copies(copies: list[Copy]) -> list[Copy]:
+    """Fewest descriptors: contiguous-on-both-sides runs into one, equal rows into 2-D."""
+    copies.sort(key=lambda c: (c.dst_dev, c.dst_va))
+    out: list[Copy] = []
+    for c in copies:
+        if out:
+            p = out[-1]
+            if p.dst_dev == c.dst_dev and c.rows == 1:
+                if (p.rows == 1 and p.src_va + p.row_bytes == c.src_va
+                        and p.dst_va + p.row_bytes == c.dst_va):
+                    p.row_bytes += c.row_bytes
+                    p.src_stride = p.dst_stride = p.row_bytes
+                    continue
+                if c.row_bytes == p.row_bytes:
+                    ss = c.src_va - p.src_va if p.rows == 1 else p.src_stride
+                    ds = c.dst_va - p.dst_va if p.rows == 1 else p.dst_stride
+                    if (ss >= p.row_bytes and ds >= p.row_bytes and c.src_va == p.src_va + p.rows * ss
+                            and c.dst_va == p.dst_va + p.rows * ds and ss < 1 << 32 and ds < 1 << 32):
+                        p.rows += 1
+                        p.src_stride, p.dst_stride = ss, ds
+                        continue
+        out.append(c)
+    return out
+
+
+def _balance(copies: list[Copy], channels: int):
+    """Least-loaded channel first, in bytes."""
+    load = [0] * channels
+    for c in copies:
+        ch = min(range(channels), key=load.__getitem__)
+        c.chan = ch
+        load[ch] += c.nbytes + 64    # a descriptor costs a little even when small
+
+
+def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy]):
+    words, asm = [], []
+
+    def put(op, text, **f):
+        words.append(encode(op, **f))
+        asm.append(text)
+
+    put(Op.VERSION, f"version version={ISA_VERSION}", version=ISA_VERSION)
+    for i, va, pa, writable, d in ctx0:
+        perm = PERM_W if writable else PERM_R
+        put(Op.REMAP, "", ctx=CTX_COPY, size=i, perm=perm, staged=0, dev=dev if d is None else d, va=va, pa=pa)
+    for i, va, pa, _remap in ctx1:
+        put(Op.REMAP, "", ctx=CTX_ROLLOUT, size=i, perm=PERM_R, staged=1, dev=dev, va=va, pa=pa)
+    for tag, c in enumerate(copies):
+        put(Op.COPY, "", chan=c.chan, ctx=CTX_COPY, tag=tag & 0xFFFF, src=c.src_va, dst=c.dst_va,
+            row_bytes=c.row_bytes, rows=c.rows,
+            src_stride=c.src_stride if c.rows > 1 else 0, dst_stride=c.dst_stride if c.rows > 1 else 0)
+    put(Op.FENCE, "", mask=0)
+    for d in range(world):
+        if d != dev:
+            put(Op.SIGNAL, "", dev=d, sem=SEM_DONE)
+    if world > 1:
+        put(Op.WAIT, "", sem=SEM_DONE, count=world - 1)
+    put(Op.COMMIT, "", ctx=CTX_ROLLOUT)
+    put(Op.HALT, "")
+    return words, asm
