@@ -38,6 +38,7 @@ class Loaded:
     arch: ArchParams
     programs: list[list[int]]
     memories: list[bytes] | None
+    expected: list[bytes] | None = None
 
 
 def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[bytes] | None,
@@ -104,7 +105,7 @@ def load_compiled(path) -> Loaded:
         arch = ArchParams.from_json(manifest["arch"])
     except (TypeError, ValueError, KeyError) as e:
         raise InputError(f"{mpath}: bad 'arch': {e}") from None
-    programs, memories = [], []
+    programs, memories, expected = [], [], []
     for dev in manifest["devices"]:
         base, words = read_hex(path / dev["program"], WORD_BITS)
         if base != 0:
@@ -116,7 +117,10 @@ def load_compiled(path) -> Loaded:
         img = path / f"dev{dev['device']}" / "mem_init.hex"
         if manifest.get("images"):
             memories.append(read_hex_bytes(img, manifest["bus_bits"], arch.mem_bytes))
-    return Loaded(path, manifest, arch, programs, memories if manifest.get("images") else None)
+            exp = path / f"dev{dev['device']}" / "mem_expected.hex"
+            expected.append(read_hex_bytes(exp, manifest["bus_bits"], arch.mem_bytes))
+    images = bool(manifest.get("images"))
+    return Loaded(path, manifest, arch, programs, memories if images else None, expected if images else None)
 
 
 def as_arrays(memories: list[bytes], size: int) -> list[np.ndarray]:

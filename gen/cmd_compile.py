@@ -32,6 +32,8 @@ def add_source_arguments(p):
     p.add_argument("--imem-words", type=int, default=None, help="instruction memory words (default: fits)")
     p.add_argument("--page-sizes", default=None,
                    help="four ascending page sizes in bytes, comma separated (default 4096,65536,1M,2M)")
+    p.add_argument("--mem-bytes", type=int, default=None,
+                   help="device memory size in bytes (default: just enough for the layouts)")
     p.add_argument("--no-images", action="store_true", help="write programs and manifest only")
 
 
@@ -43,8 +45,8 @@ def _page_sizes(text):
         vals = []
         for part in text.split(","):
             part = part.strip().upper()
-            mult = {"K": 1 << 10, "M": 1 << 20}.get(part[-1:], 1)
-            vals.append(int(part.rstrip("KM")) * mult)
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(part[-1:], 1)
+            vals.append(int(part.rstrip("KMG")) * mult)
         return tuple(vals)
     except ValueError:
         raise InputError(f"--page-sizes {text!r}: want four sizes like 4096,64K,1M,2M") from None
@@ -71,7 +73,7 @@ def build(args, progress=print):
     progress(f"planned {model.name} {train} -> {rollout}: {plan.num_transfers:,} runs "
              f"({time.perf_counter() - t0:.2f} s)")
     overrides = {"tlb_entries": args.tlb_entries, "channels": args.channels,
-                 "page_sizes": _page_sizes(args.page_sizes)}
+                 "page_sizes": _page_sizes(args.page_sizes), "mem_bytes": getattr(args, "mem_bytes", None)}
     only = sorted(set(args.device)) if args.device else None
     if only and any(d < 0 or d >= train.world for d in only):
         raise InputError(f"--device must be in 0..{train.world - 1}, not {only}")
@@ -86,6 +88,9 @@ def build(args, progress=print):
     source = {"model": model.name, "config": model.config, "train": str(train), "rollout": str(rollout),
               "dtype": args.dtype, "elem_bytes": es, "seed": args.seed}
     report = comp.report(args.bus_bits // 8)
+    import hashlib
+    for r, d in zip(report, comp.devices):
+        r["program_sha256"] = hashlib.sha256(b"".join(w.to_bytes(32, "little") for w in d.words)).hexdigest()
     memories = expected = None
     images = not args.no_images and only is None
     if images and comp.arch.mem_bytes > (256 << 20):
@@ -102,6 +107,10 @@ def build(args, progress=print):
             memories.append(bytes(m))
         res = GoldenSystem(comp.arch, [d.words for d in comp.devices], memories).run()
         expected = [m.tobytes() for m in res.memories]
+        # the end state every executor must reach: committed mappings and statuses too
+        for r, tlb, st in zip(report, res.tlb, res.status):
+            r["expected_tlb"] = tlb
+            r["expected_status"] = st.name
     return comp, source, report, memories, expected
 
 

@@ -32,23 +32,48 @@ def execute(loaded, engine: str) -> dict:
             "descriptors": res.descriptors, "seconds": time.perf_counter() - t0}
 
 
-def summarize(loaded, res: dict) -> dict:
+def program_digest(words) -> str:
+    import hashlib
+    return hashlib.sha256(b"".join(w.to_bytes(32, "little") for w in words)).hexdigest()
+
+
+def summarize(loaded, res: dict, check_program_hash: bool = True) -> dict:
     from model.verify import verify
     v = verify(loaded.manifest, res["memories"], res["tlb"])
     # zero-copy bytes: rollout pages the compiler pointed at training pages
     remapped = [d["report"]["bytes_remapped"] for d in loaded.manifest["devices"]]
-    ok = v["verified"] and not res["faults"] and all(s == "HALTED" for s in res["status"])
+    # the compiled end state (golden model at compile time): memories and committed mappings
+    end_state = []
+    for dev in loaded.manifest["devices"]:
+        d = dev["device"]
+        want = dev["report"].get("program_sha256")
+        if check_program_hash and want and program_digest(loaded.programs[d]) != want:
+            end_state.append(f"device {d}: program differs from the one compiled (SHA-256)")
+        exp_tlb = dev["report"].get("expected_tlb")
+        if exp_tlb is not None and _norm_tlb(res["tlb"][d]) != _norm_tlb(exp_tlb):
+            end_state.append(f"device {d}: final TLB differs from the compiled end state")
+        exp = loaded.expected[d] if loaded.expected else None
+        if exp is not None and bytes(res["memories"][d]) != exp:
+            end_state.append(f"device {d}: final memory differs from mem_expected.hex")
+    ok = (v["verified"] and not end_state and not res["faults"]
+          and all(s == "HALTED" for s in res["status"]))
     out = {"verified": ok, "engine": res["engine"], "status": res["status"], "cause": res["cause"],
            "pc": res["pc"], "faults": res["faults"], "bytes_copied": sum(res["bytes_copied"]),
            "bytes_remapped": sum(remapped), "descriptors": sum(res["descriptors"]),
            "per_device": {"bytes_copied": res["bytes_copied"], "bytes_remapped": remapped,
                           "descriptors": res["descriptors"],
                           "rollout_bytes_mapped": res["bytes_remapped"]},
-           "rollout_bytes_checked": v["bytes_checked"], "mismatches": v["mismatches"]}
+           "rollout_bytes_checked": v["bytes_checked"], "mismatches": v["mismatches"],
+           "end_state_mismatches": end_state}
     for k in ("cycles", "lower_bound_cycles", "sim_cycles_per_s"):
         if k in res:
             out[k] = res[k]
     return out
+
+
+def _norm_tlb(entries):
+    return sorted((e["index"], e["ctx"], e["staged"], e["size"], e["va"], e["pa"], e["dev"], e["perm"])
+                  for e in entries)
 
 
 def run(args) -> int:

@@ -137,6 +137,12 @@ def choose_arch(plan: Plan, base: ArchParams | None = None, **overrides) -> tupl
     addr_bits = max(base.addr_bits, (stage_pa + plan.world * rollout_span - 1).bit_length())
     params = base.to_json()
     params.update(devices=plan.world, mem_bytes=mem, addr_bits=addr_bits)
+    want_mem = overrides.pop("mem_bytes", None)
+    if want_mem is not None:
+        if want_mem < mem:
+            raise InputError(f"the layouts need {mem:,} bytes of device memory (training {train_span:,} + "
+                             f"rollout staging {rollout_span:,}); --mem-bytes is {want_mem:,}")
+        params["mem_bytes"] = want_mem
     params.update({k: v for k, v in overrides.items() if v is not None})
     params["page_sizes"] = tuple(params["page_sizes"])
     try:
@@ -202,7 +208,10 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
 
         remapped: dict[int, int] = {}     # rollout va page -> training pa page
         pieces = []                        # (src, src_byte, dst_va, rows, row_bytes, ss, ds)
+        wanted = None if only is None else set(only)
         for src, _param, so, do, rows, n, ss, ds in runs:
+            if wanted is not None and src not in wanted:
+                continue                   # another device's program, not compiled now
             sb, dva, nb = so * es, rva(do), n * es
             if src == g and rows == 1 and (dva - sb) % P == 0 and nb >= P:
                 first = _align(dva, P)
@@ -221,7 +230,7 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
 
     # 2. TLB budget: drop the least valuable remaps until every device fits
     ctx0 = _ctx0_pages(arch, comp)
-    for g in range(world):
+    for g in (range(world) if only is None else only):
         while True:
             ctx1 = _ctx1_pages(arch, comp, layout[g])
             if len(ctx0) + len(ctx1) <= arch.tlb_entries:
@@ -229,7 +238,8 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
             if not layout[g]["remapped"]:
                 raise InputError(f"device {g} needs {len(ctx0) + len(ctx1)} TLB entries; the hardware has "
                                  f"{arch.tlb_entries} (raise --tlb-entries or use larger pages)")
-            _drop_smallest_remap_run(layout[g], P)
+            over = len(ctx0) + len(ctx1) - arch.tlb_entries
+            _drop_smallest_remap_run(layout[g], P, 0.1 if over > 16 else 0.0)
 
     # 3. programs: each device pushes what it sources
     sources: list[list] = [[] for _ in range(world)]
@@ -239,6 +249,10 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
     incoming = [0] * world
     for g in range(world):
         incoming[g] = sum(p[3] * p[4] for p in layout[g]["pieces"] if p[0] != g)
+    if only is not None:
+        # incoming bytes of a compiled device come from every source: count them from the plan
+        for g in only:
+            incoming[g] = sum(t[4] * t[5] * es for t in by_dst[g] if t[0] != g)
     for s in (range(world) if only is None else only):
         copies = []
         for g, sb, dva, rows, nb, ss, ds in sources[s]:
@@ -291,8 +305,10 @@ def _ctx1_pages(arch: ArchParams, comp: Compiled, lay: dict):
     return out
 
 
-def _drop_smallest_remap_run(lay: dict, P: int):
-    """Turn the shortest run of remapped pages back into local copies."""
+def _drop_smallest_remap_run(lay: dict, P: int, fraction: float = 0.0):
+    """Turn the shortest run(s) of remapped pages back into local copies.
+
+    With ``fraction`` > 0, drops that share of all runs at once (big plans)."""
     remapped = lay["remapped"]
     runs, cur = [], []
     for va in sorted(remapped):
@@ -303,13 +319,14 @@ def _drop_smallest_remap_run(lay: dict, P: int):
                 runs.append(cur)
             cur = [va]
     runs.append(cur)
-    victim = min(runs, key=len)
-    pa = remapped[victim[0]]
-    for va in victim:
-        del remapped[va]
-    n = len(victim) * P
-    # training bytes sit at physical = training-buffer offset
-    lay["pieces"].append((lay["self"], pa, victim[0], 1, n, n, n))
+    runs.sort(key=len)
+    for victim in runs[:max(1, int(len(runs) * fraction))]:
+        pa = remapped[victim[0]]
+        for va in victim:
+            del remapped[va]
+        n = len(victim) * P
+        # training bytes sit at physical = training-buffer offset
+        lay["pieces"].append((lay["self"], pa, victim[0], 1, n, n, n))
 
 
 def _merge_copies(copies: list[Copy]) -> list[Copy]:

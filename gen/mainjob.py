@@ -86,7 +86,8 @@ def run(args) -> int:
     from gen.cmd_run import execute, summarize
     cargs = argparse.Namespace(model="tiny-qwen2", train="fsdp2:dp=2", rollout="vllm:tp=2", dtype="bf16",
                                devices=None, device=None, seed=0, bus_bits=64, tlb_entries=None,
-                               channels=None, imem_words=None, page_sizes=None, no_images=False)
+                               channels=None, imem_words=None, page_sizes=None, no_images=False,
+                               mem_bytes=None)
     comp, source, report, memories, expected = build(cargs, progress=lambda m: print(f"   {m}"))
     out = write_compiled(BUILD / "prog" / "tiny", comp, source, 64, memories, expected, report)
     for r in report:

@@ -646,7 +646,9 @@ def run_worker(a) -> int:
         progress("export: engine.get_per_tensor_param() -> BucketedWeightSender")
         rec.phase = "export"
         maybe_fault("export")
-        buffer_bytes = sum(p.numel() * 4 + 16 for p in engine.module.parameters()) * world + (1 << 12)
+        # upper bound of what one bucket can hold: every exported tensor (tied weights are
+        # exported under both names, hence 2x) plus alignment; pages are only touched when filled
+        buffer_bytes = 2 * sum(p.numel() * 8 + 16 for p in engine.module.parameters()) * world + (1 << 16)
         sender, _shim = make_recording_sender(a.bucket_mb, buffer_bytes)
         per_tensor_param, _peft = engine.get_per_tensor_param()
 
@@ -740,7 +742,9 @@ def main(argv=None) -> int:
         line = traceback.format_exception_only(type(e), e)[-1].strip().replace("\n", " ")
         with open(os.path.join(a.workdir, f"rank{a.rank}.error"), "w") as f:
             f.write(line + "\n")
-        return 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # skip interpreter teardown: it can block on a process group whose peers are gone
 
 
 if __name__ == "__main__":

@@ -1,0 +1,350 @@
+"""Capture verl's real weight export and training collectives on CPU (gloo).
+
+``capture()`` runs verl 0.9.1's own FSDP engine in ``world`` processes
+(``python -m model.capture_worker``, one per rank, rendezvous through a file,
+``torch.distributed`` backend gloo) and writes a JSON Lines trace, format
+version :data:`SCHEMA` (``docs/trace-format.md``). ``read_trace()`` reads it
+back.
+
+What runs, in each worker (all verl code is the installed verl, unmodified):
+
+1. ``model.cpu_platform.install()``: a ``PlatformBase`` subclass registered with
+   ``verl.plugin.platform.PlatformRegistry.register("cpu")`` and made current
+   with ``set_platform`` (device ``cpu``, communication backend ``gloo``);
+   ``load_fsdp_model_to_gpu`` / ``offload_fsdp_model_to_cpu`` become no-ops
+   and FSDP1's CPU check for ``sync_module_states`` is disabled (the broadcast
+   itself still runs).
+2. ``verl.workers.config.HFModelConfig`` (local model directory written by
+   ``capture()``: the HF config plus randomly initialised fp32 weights, fixed
+   seed, ``save_pretrained``; ``load_tokenizer=False``;
+   ``override_config={"attn_implementation": "sdpa"}``,
+   ``use_remove_padding=False``), ``FSDPEngineConfig(strategy="fsdp"|"fsdp2")``
+   with verl's defaults otherwise (fp32 master weights, bf16 compute via
+   ``MixedPrecision``, fp32 reduce, ``reshard_after_forward=True``,
+   ``use_orig_params=False``) except ``use_torch_compile=False``,
+   ``FSDPOptimizerConfig`` (AdamW), then
+   ``verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead(...)``
+   and ``engine.initialize()``. (``EngineRegistry`` only lists cuda/npu for
+   this class, so it is instantiated directly.)
+3. ``shard`` records read from the wrapped module: FSDP2 DTensor
+   ``_local_tensor`` / ``placements`` / ``compute_local_shape_and_global_offset``;
+   FSDP1 ``FlatParamHandle`` / ``FlatParameter._shard_param_infos``,
+   ``_get_flat_param_offsets()``, ``_sharded_size``.
+4. Export, as ``ActorRolloutRefWorker.update_weights`` does before a rollout:
+   ``engine.get_per_tensor_param()``, its generator consumed by verl's own
+   ``BucketedWeightSender.async_send_weights`` (the vLLM colocated sender,
+   loaded from its file because its package imports vLLM; ZMQ socket and
+   CUDA-IPC buffer replaced by an in-process recorder; ``bucket`` records).
+5. One training step, as ``TrainingWorker.train_batch`` does: inside
+   ``engine.train_mode()``, ``engine.train_batch(batch, loss_function=sft_loss)``
+   (``optimizer_zero_grad``, ``forward_backward_batch`` -> ``forward_step`` +
+   ``loss.backward()``, ``optimizer_step`` with grad clipping), then
+   ``engine.lr_scheduler_step()``; ``sft_loss`` is verl's
+   (``verl.workers.utils.losses``); the batch is a few random sequences per
+   rank in verl's nested (NO_PADDING) format with dynamic batch size.
+
+Collectives are recorded by a ``TorchDispatchMode`` (every ``c10d.*`` and
+``_c10d_functional.*`` op with its process group resolved to global ranks)
+plus wrappers around the eager ``torch.distributed`` / functional-collective
+Python functions that record only what the mode did not see (collectives
+issued inside DTensor's own dispatch), so nothing is counted twice. The
+phase (``init``, ``export``, ``forward``, ``backward``, ``optimizer``) is
+switched by wrapping the engine's ``forward_backward_batch``, ``forward_step``
+(after it returns, ``loss.backward()`` runs), ``optimizer_step`` and
+``lr_scheduler_step`` on the instance.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+from model.errors import InputError
+
+SCHEMA = 1
+STRATEGIES = {"fsdp1": "fsdp", "fsdp2": "fsdp2"}
+PHASES = ("init", "export", "forward", "backward", "optimizer")
+KINDS = ("header", "shard", "collective", "bucket")
+MAX_WORLD = 32
+MAX_PARAMS = 1_000_000_000
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class CaptureError(Exception):
+    """The capture run failed (a worker crashed or timed out). One-line message."""
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _stderr(msg: str) -> None:
+    print(f"capture: {msg}", file=sys.stderr, flush=True)
+
+
+def check_args(strategy: str, world, bucket_mb, seed) -> None:
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    if not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= MAX_WORLD:
+        raise InputError(f"world {world!r} must be an integer from 1 to {MAX_WORLD} (processes on this CPU)")
+    if not isinstance(bucket_mb, int) or isinstance(bucket_mb, bool) or bucket_mb < 1:
+        raise InputError(f"bucket size {bucket_mb!r} MB must be a positive integer")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise InputError(f"seed {seed!r} must be a non-negative integer")
+
+
+def _write_model(spec, model_dir: Path, seed: int) -> None:
+    """The HF model of ``spec``, randomly initialised with ``seed``, saved for verl to load."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    torch.manual_seed(seed)
+    config = spec.hf_config()
+    config.architectures = [_architecture(spec)]
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(model_dir)
+
+
+def _architecture(spec) -> str:
+    arch = spec.config.get("architectures")
+    if isinstance(arch, list) and len(arch) == 1:
+        return arch[0]
+    return {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",
+            "mistral": "MistralForCausalLM"}[spec.model_type]
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
+_PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo/transport")
+
+
+def _is_peer_loss(line) -> bool:
+    """A rank that failed only because another rank went away."""
+    return bool(line) and any(p in line for p in _PEER_LOSS)
+
+
+def _worker_error(workdir: Path, rank: int, rc) -> str:
+    err = _last_line(workdir / f"rank{rank}.error")
+    if err is None:
+        err = _last_line(workdir / f"rank{rank}.log") or "no output"
+        if rc is not None and rc < 0:
+            err = f"killed by signal {-rc}; last output: {err}"
+    return err
+
+
+def _run_workers(spec, strategy: str, world: int, bucket_mb: int, seed: int, workdir: Path,
+                 model_dir: Path, timeout: float, progress) -> list[Path]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    procs = []
+    progress(f"starting {world} workers (verl {_version('verl')}, {strategy}, gloo)")
+    try:
+        for rank in range(world):
+            log = open(workdir / f"rank{rank}.log", "w")
+            cmd = [sys.executable, "-m", "model.capture_worker", "--rank", str(rank), "--world", str(world),
+                   "--strategy", STRATEGIES[strategy], "--model-dir", str(model_dir),
+                   "--workdir", str(workdir), "--seed", str(seed), "--bucket-mb", str(bucket_mb)]
+            procs.append(subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+            log.close()
+        deadline = time.monotonic() + timeout
+        seen = 0
+        progress_file = workdir / "progress"
+        while True:
+            if progress_file.exists():
+                lines = progress_file.read_text().splitlines()
+                for line in lines[seen:]:
+                    progress(line)
+                seen = len(lines)
+            codes = [p.poll() for p in procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                time.sleep(0.3)  # let a crashing rank finish writing its error
+                # the first rank with its own exception line is the cause; the others lost a peer
+                codes = [p.poll() for p in procs]
+                failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+                own = [(r, c) for r, c in failed if (workdir / f"rank{r}.error").exists()]
+                cause = [(r, c) for r, c in own if not _is_peer_loss(_last_line(workdir / f"rank{r}.error"))]
+                rank, rc = (cause or own or failed)[0]
+                raise CaptureError(f"worker rank {rank} failed (exit {rc}): {_worker_error(workdir, rank, rc)}")
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise CaptureError(f"capture timed out after {timeout:g} s "
+                                   f"(ranks still running: {[r for r, c in enumerate(codes) if c is None]})")
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    return [workdir / f"rank{r}.jsonl" for r in range(world)]
+
+
+def capture(model: str, strategy: str, world: int, out, bucket_mb: int = 2048, seed: int = 0,
+            timeout: float = 600.0, progress=_stderr) -> dict:
+    """Run the capture and write the trace to ``out`` (atomically). Returns a summary dict."""
+    from model.models import load_model
+    check_args(strategy, world, bucket_mb, seed)
+    spec = load_model(model)
+    if spec.numel > MAX_PARAMS:
+        raise InputError(f"model {spec.name} has {spec.numel:,} parameters; a CPU capture is limited to "
+                         f"{MAX_PARAMS:,} (use a small model such as tiny-qwen2)")
+    out = Path(out)
+    t_start = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="reshardip-capture-"))
+    try:
+        model_dir = workdir / "model"
+        progress(f"model {spec.name}: {spec.numel:,} parameters, random init (seed {seed}), fp32")
+        _write_model(spec, model_dir, seed)
+        rank_files = _run_workers(spec, strategy, world, bucket_mb, seed, workdir, model_dir, timeout, progress)
+        progress("merging rank records")
+        trace = _merge(spec, strategy, world, bucket_mb, seed, rank_files)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+        try:
+            with os.fdopen(fd, "w") as f:
+                for rec in trace:
+                    f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            os.replace(tmp, out)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    header = trace[0]
+    summary = dict(header["records"])
+    summary["seconds"] = round(time.monotonic() - t_start, 1)
+    summary["out"] = str(out)
+    return summary
+
+
+def _merge(spec, strategy, world, bucket_mb, seed, rank_files) -> list[dict]:
+    shards, collectives, buckets, workers = [], [], [], {}
+    for rank, path in enumerate(rank_files):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                kind = rec["kind"]
+                if kind == "worker":
+                    workers[rank] = rec
+                elif kind == "shard":
+                    shards.append(rec)
+                elif kind == "collective":
+                    collectives.append(rec)
+                elif kind == "bucket":
+                    buckets.append(rec)
+    w0 = workers[0]
+    exported = [e["name"] for e in w0["exported"]]
+    for rank, w in workers.items():
+        if [e["name"] for e in w["exported"]] != exported:
+            raise CaptureError(f"rank {rank} exported a different parameter list than rank 0")
+    collectives.sort(key=lambda r: (r["rank"], r["seq"]))
+    buckets.sort(key=lambda r: r["index"])
+    header = {
+        "kind": "header", "schema": SCHEMA, "tool": "reshardip capture",
+        "versions": {"verl": _version("verl"), "torch": _version("torch"),
+                     "transformers": _version("transformers"), "python": sys.version.split()[0]},
+        "model": spec.name, "config": spec.config,
+        "strategy": strategy, "verl_strategy": STRATEGIES[strategy], "world": world,
+        "dtype": "float32", "param_dtype": w0["mixed_precision"]["param_dtype"], "reduce_dtype": "float32",
+        "bucket_mb": bucket_mb, "seed": seed, "backend": "gloo", "device": "cpu",
+        "engine": "verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead",
+        "phases": list(PHASES),
+        "export_order": exported,
+        "train": {"loss": "verl.workers.utils.losses.sft_loss", "optimizer": "AdamW",
+                  "sequence_lengths": {str(r): workers[r]["batch_lens"] for r in sorted(workers)},
+                  "grad_norm": w0["grad_norm"]},
+        "records": {"shard": len(shards), "collective": len(collectives), "bucket": len(buckets)},
+    }
+    return [header, *shards, *collectives, *buckets]
+
+
+# --------------------------------------------------------------------------- #
+# Reader
+# --------------------------------------------------------------------------- #
+
+_REQUIRED = {
+    "shard": ("rank", "param", "shape", "ranges"),
+    "collective": ("rank", "seq", "phase", "op", "dtype", "bytes", "bytes_in", "bytes_out", "ranks", "t_us"),
+    "bucket": ("index", "params", "bytes"),
+}
+
+
+def read_trace(path) -> dict:
+    """Read a capture trace: ``{"header", "shards", "collectives", "buckets"}``.
+
+    Raises ``InputError`` naming the file (and line) for an unreadable file,
+    a malformed line, a missing header, an unknown schema version or kind, or
+    a record count that disagrees with the header (a truncated file).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read trace: {e}") from None
+    result = {"header": None, "shards": [], "collectives": [], "buckets": []}
+    lists = {"shard": result["shards"], "collective": result["collectives"], "bucket": result["buckets"]}
+    lineno = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            raise InputError(f"{path}:{lineno}: empty line in trace")
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+            raise InputError(f"{path}:{lineno}: a trace line must be a JSON object with a string 'kind'")
+        kind = rec["kind"]
+        if lineno == 1:
+            if kind != "header":
+                raise InputError(f"{path}:1: first line must be the header, got kind {kind!r}")
+            schema = rec.get("schema")
+            if schema != SCHEMA:
+                raise InputError(f"{path}:1: unknown trace schema {schema!r} (this reader understands {SCHEMA})")
+            result["header"] = rec
+            continue
+        if kind == "header":
+            raise InputError(f"{path}:{lineno}: second header")
+        if kind not in lists:
+            raise InputError(f"{path}:{lineno}: unknown record kind {kind!r} "
+                             f"(expected one of {', '.join(KINDS)})")
+        missing = [k for k in _REQUIRED[kind] if k not in rec]
+        if missing:
+            raise InputError(f"{path}:{lineno}: {kind} record lacks {', '.join(missing)}")
+        lists[kind].append(rec)
+    if result["header"] is None:
+        raise InputError(f"{path}: empty trace (no header)")
+    counts = result["header"].get("records")
+    if isinstance(counts, dict):
+        for kind, lst in lists.items():
+            if kind in counts and counts[kind] != len(lst):
+                raise InputError(f"{path}: header announces {counts[kind]} {kind} records, file has {len(lst)} "
+                                 f"(truncated or edited trace)")
+    return result
