@@ -136,6 +136,7 @@ class _Device:
         self.descriptors = 0
         self.bytes_remapped = 0
         self._active: dict[int, list] = {}
+        self.memo: dict[tuple[int, int], tuple | None] = {}   # (ctx, granule) -> translation
 
     def active(self, ctx: int) -> list:
         """Valid non-staged entries of ``ctx``: (va, page, pa, dev, perm), lowest index first."""
@@ -148,6 +149,7 @@ class _Device:
 
     def tlb_changed(self):
         self._active.clear()
+        self.memo.clear()
 
 
 class GoldenSystem:
@@ -172,6 +174,7 @@ class GoldenSystem:
         self.arch = arch
         self._pages = arch.page_sizes
         self._amask = (1 << arch.addr_bits) - 1
+        self._gbits = arch.page_sizes[0].bit_length() - 1
         self.devices: list[_Device] = []
         for d, (prog, mem) in enumerate(zip(programs, memories)):
             if len(prog) > arch.imem_words:
@@ -373,16 +376,31 @@ class GoldenSystem:
         """(va_base, page, pa, dev, perm, run) of the winning entry, or None.
 
         ``run`` is how many bytes from ``va`` on keep this translation."""
+        key = (ctx, va >> self._gbits)
+        memo = dev.memo
+        if key in memo:
+            t = memo[key]
+        else:
+            t = memo[key] = self._lookup_granule(dev, ctx, va)
+        if t is None:
+            return None
+        eva, page, pa, edev, perm, end = t
+        return eva, page, pa, edev, perm, end - va
+
+    def _lookup_granule(self, dev: _Device, ctx: int, va: int):
+        """Winning entry for ``va`` and the address where its reign ends (the end of
+        its page, or the start of a lower-numbered entry). Constant over a granule
+        (smallest page): every entry starts at a multiple of it."""
         act = dev.active(ctx)
         pages = self._pages
         for k, (eva, size, pa, edev, perm) in enumerate(act):
             page = pages[size]
             if va & ~(page - 1) == eva:
-                run = page - (va - eva)
+                end = eva + page
                 for (ova, _s, _p, _d, _m) in act[:k]:
-                    if va < ova < va + run:
-                        run = ova - va
-                return eva, page, pa, edev, perm, run
+                    if va < ova < end:
+                        end = ova
+                return eva, page, pa, edev, perm, end
         return None
 
     def _fault(self, dev: _Device, chan: int, ctx: int, va: int, cause: Cause):
@@ -394,7 +412,8 @@ class GoldenSystem:
         rows, rb = f["rows"], f["row_bytes"]
         if rows == 0 or rb == 0:
             return
-        if rows >= 8 and rb <= self._pages[0] and self._copy_vector(dev, f):
+        if rows >= 8 and rb <= 2 * self._pages[0] and rows * rb <= 1 << 20 \
+                and self._copy_vector(dev, f):
             return
         self._copy_scalar(dev, chan, f)
 
@@ -448,69 +467,71 @@ class GoldenSystem:
                 dev.bytes_copied += n
                 j += n
 
-    def _translate_vec(self, dev: _Device, ctx: int, vas: np.ndarray):
-        """Vectorised translation: (hit, pa, dev, perm) arrays."""
-        n = vas.size
-        hit = np.zeros(n, dtype=bool)
-        pa = np.zeros(n, dtype=np.uint64)
-        edev = np.zeros(n, dtype=np.int64)
-        perm = np.zeros(n, dtype=np.int64)
-        for (eva, size, epa, d, p) in reversed(dev.active(ctx)):
-            page = self._pages[size]
-            m = (vas & np.uint64(~(page - 1) & 0xFFFF_FFFF_FFFF_FFFF)) == np.uint64(eva)
-            if not m.any():
-                continue
-            hit |= m
-            pa[m] = vas[m] - np.uint64(eva) + np.uint64(epa)
-            edev[m] = d
-            perm[m] = p
-        return hit, pa, edev, perm
+    def _translate_vec(self, dev: _Device, ctx: int, vas: np.ndarray, need: int, local: bool):
+        """Per-byte translation of ``vas`` (uint64): (pa int64, dev int64), or None
+        if any byte would fault (the scalar path then defines the fault)."""
+        gb = np.uint64(self._gbits)
+        g = vas >> gb
+        srt = np.sort(g)
+        gran = srt[np.concatenate(([True], srt[1:] != srt[:-1]))]
+        inv = np.searchsorted(gran, g)
+        mem_bytes = self.arch.mem_bytes
+        gpa = np.empty(gran.size, dtype=np.int64)
+        gdev = np.empty(gran.size, dtype=np.int64)
+        for k, gnum in enumerate(gran.tolist()):
+            va = gnum << self._gbits
+            t = self._lookup(dev, ctx, va)
+            if t is None:
+                return None
+            eva, _page, epa, edev, perm, _run = t
+            pa = epa + (va - eva)
+            if not perm & need or pa >= mem_bytes:
+                return None
+            gpa[k] = pa
+            gdev[k] = edev
+        off = (vas & np.uint64(self._pages[0] - 1)).astype(np.int64)
+        return gpa[inv] + off, gdev[inv]
 
     def _copy_vector(self, dev: _Device, f: dict) -> bool:
-        """Many short rows, each within one smallest page on both sides, no
-        fault and no overlap: gather/scatter in one go. False: use the scalar
-        path (which defines faults and overlaps exactly)."""
+        """Many short rows: translate every byte with numpy (one TLB look-up per
+        distinct smallest page), gather, scatter. Returns False, having done
+        nothing, when a byte would fault or when bytes of the copy overlap (a
+        destination byte written twice, or a destination byte also read): the
+        scalar path defines those cases exactly."""
         ctx, rows, rb = f["ctx"], f["rows"], f["row_bytes"]
-        g = self._pages[0]
         am = np.uint64(self._amask)
         idx = np.arange(rows, dtype=np.uint64)
+        off = np.arange(rb, dtype=np.uint64)
         with np.errstate(over="ignore"):
-            S = (np.uint64(f["src"]) + idx * np.uint64(f["src_stride"])) & am
-            D = (np.uint64(f["dst"]) + idx * np.uint64(f["dst_stride"])) & am
-        gm = np.uint64(g - 1)
-        if ((S & gm) + np.uint64(rb) > np.uint64(g)).any() or \
-                ((D & gm) + np.uint64(rb) > np.uint64(g)).any():
+            S = (np.uint64(f["src"]) + idx * np.uint64(f["src_stride"]))
+            D = (np.uint64(f["dst"]) + idx * np.uint64(f["dst_stride"]))
+            svas = ((S[:, None] + off) & am).reshape(-1)
+            dvas = ((D[:, None] + off) & am).reshape(-1)
+        ts = self._translate_vec(dev, ctx, svas, PERM_R, True)
+        if ts is None:
             return False
-        mem_bytes = np.uint64(self.arch.mem_bytes)
-        hs, ps, ds_, ms = self._translate_vec(dev, ctx, S)
-        if not (hs.all() and (ms & PERM_R).all() and (ds_ == dev.index).all()
-                and (ps < mem_bytes).all()):
+        td = self._translate_vec(dev, ctx, dvas, PERM_W, False)
+        if td is None:
             return False
-        hd, pd, dd, md = self._translate_vec(dev, ctx, D)
-        if not (hd.all() and (md & PERM_W).all() and (pd < mem_bytes).all()):
-            return False
-        # overlap checks (rows are contiguous physically: within one granule)
-        key = dd.astype(np.uint64) * mem_bytes + pd
-        ks = np.sort(key)
-        if (np.diff(ks) < np.uint64(rb)).any():
-            return False                       # destination rows overlap each other
-        loc = np.sort(pd[dd == dev.index])
-        if loc.size:
-            ss_ = np.sort(ps)
-            lo = loc.astype(np.int64) - rb
-            k = np.searchsorted(ss_.astype(np.int64), lo, side="right")
-            k_ok = k < ss_.size
-            if (ss_[np.minimum(k, ss_.size - 1)].astype(np.int64)[k_ok]
-                    < loc.astype(np.int64)[k_ok] + rb).any():
-                return False                   # a source row overlaps a destination row
-        off = np.arange(rb, dtype=np.int64)
-        sidx = (ps.astype(np.int64)[:, None] + off).reshape(-1)
-        data = dev.mem[sidx].reshape(rows, rb)
-        pdi = pd.astype(np.int64)
-        for d in np.unique(dd):
-            m = dd == d
-            didx = (pdi[m][:, None] + off).reshape(-1)
-            self.devices[int(d)].mem[didx] = data[m].reshape(-1)
+        spa, _ = ts
+        dpa, ddev = td
+        mem_bytes = self.arch.mem_bytes
+        key = np.sort(ddev * mem_bytes + dpa)
+        if (key[1:] == key[:-1]).any():
+            return False                       # a destination byte is written twice
+        local = dpa[ddev == dev.index]
+        if local.size:
+            ss = np.sort(spa)
+            k = np.minimum(np.searchsorted(ss, local), ss.size - 1)
+            if (ss[k] == local).any():
+                return False                   # a destination byte is also a source byte
+        data = dev.mem[spa]
+        if (ddev == ddev[0]).all():
+            self.devices[int(ddev[0])].mem[dpa] = data
+        else:
+            for d in range(self.arch.devices):
+                m = ddev == d
+                self.devices[d].mem[dpa[m]] = data[m]
         dev.bytes_copied += rows * rb
         return True
 

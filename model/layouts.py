@@ -358,14 +358,16 @@ def vllm_ranks(rollout: ParallelSpec, rank: int) -> tuple[int, int, int]:
 
 def rollout_layout(model: ModelSpec, rollout: ParallelSpec, world: int) -> Layout:
     check_rollout(model, rollout, world)
-    cache: dict[tuple[int, int], tuple[list[Piece], int, list]] = {}
+    cache: dict[tuple[int, int], tuple[tuple[Piece, ...], int]] = {}
     ranks = []
     for r in range(world):
         _, stage, g = vllm_ranks(rollout, r)
         if (g, stage) not in cache:
-            cache[(g, stage)] = _vllm_rank(model, rollout, g, stage)
-        ps, size, _ = cache[(g, stage)]
-        ranks.append(RankLayout(r, tuple(ps), size))
+            ps, size, _ = _vllm_rank(model, rollout, g, stage)
+            cache[(g, stage)] = (tuple(ps), size)
+        ps, size = cache[(g, stage)]
+        # ranks with the same TP rank and stage share one pieces tuple (plans key on it)
+        ranks.append(RankLayout(r, ps, size))
     # Every rollout rank keeps its own shard; no replica grouping applies.
     return Layout(rollout, tuple(ranks), tuple((r,) for r in range(world)))
 

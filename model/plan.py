@@ -272,29 +272,36 @@ def coalesce(ts: list[tuple]) -> list[tuple]:
 # ---------------------------------------------------------------- verl
 
 def _verl(model, train, rollout, dtype, tl: Layout, rl: Layout) -> Plan:
-    """Every parameter all-gathered in full to every rank (get_per_tensor_param)."""
+    """Every parameter all-gathered in full to every rank (get_per_tensor_param).
+
+    Rank g receives numel - held_g(p) of every parameter p; what it receives
+    is attributed to the other ranks of its replica group in proportion to
+    what they hold (exact for FSDP, where the group partitions each tensor).
+    """
+    import numpy as np
     world = tl.world
     es = DTYPE_BYTES[dtype]
-    held = [r.held() for r in tl.ranks]
-    bytes_in = [0] * world
-    bytes_out = [0] * world
-    for g in range(world):
-        group = tl.replica_of[g]
-        for p in model.params:
-            need = p.numel - held[g].get(p.name, 0)
-            if need <= 0:
-                continue
-            bytes_in[g] += need * es
-            # attribute what g receives to the other holders of its replica, in proportion
-            others = [(r, held[r].get(p.name, 0)) for r in group if r != g]
-            tot = sum(h for _, h in others)
-            if tot == 0:
-                continue
-            acc = 0
-            for i, (r, h) in enumerate(others):
-                share = need - acc if i == len(others) - 1 else need * h // tot
-                bytes_out[r] += share * es
-                acc += share
+    names = [p.name for p in model.params]
+    col = {n: i for i, n in enumerate(names)}
+    numel = np.array([p.numel for p in model.params], dtype=np.float64)
+    H = np.zeros((world, len(names)), dtype=np.float64)
+    for r, rl_ in enumerate(tl.ranks):
+        for name, n in rl_.held().items():
+            H[r, col[name]] += n
+    need = numel[None, :] - H
+    bytes_in = [int(x) * es for x in need.sum(axis=1)]
+    out = np.zeros(world, dtype=np.float64)
+    for group in sorted(set(tl.replica_of)):
+        idx = np.array(group)
+        Hg = H[idx]                           # holders of this group
+        tot = Hg.sum(axis=0)
+        for gi, g in enumerate(group):
+            others = tot - Hg[gi]
+            share = np.divide(need[g], others, out=np.zeros_like(others), where=others > 0)
+            contrib = Hg * share[None, :]
+            contrib[gi] = 0
+            out[idx] += contrib.sum(axis=1)
+    bytes_out = [int(round(x)) * es for x in out]
     plan = Plan("verl", model, train, rollout, dtype, bytes_in, bytes_out, [0] * world, [], tl, rl)
     plan.notes.append("per-parameter full all-gather to every rank (verl 0.9.1 FSDP engine "
                       "get_per_tensor_param -> full_tensor); vLLM then keeps its slice")
