@@ -485,7 +485,7 @@ class GoldenSystem:
                 return None
             eva, _page, epa, edev, perm, _run = t
             pa = epa + (va - eva)
-            if not perm & need or pa >= mem_bytes:
+            if not perm & need or (local and edev != dev.index) or pa >= mem_bytes:
                 return None
             gpa[k] = pa
             gdev[k] = edev
