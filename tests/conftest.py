@@ -9,6 +9,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from hypothesis import settings  # noqa: E402
+
+# CI runs the same examples every time, so a red run is reproducible
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
+
 
 @pytest.fixture(scope="session")
 def tiny():
