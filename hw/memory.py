@@ -1,0 +1,254 @@
+"""Banked on-chip SRAM with byte enables and stream ports.
+
+One :class:`BankedMemory` is a device's local physical memory: ``size`` bytes,
+little-endian, seen as words of ``data_width`` bits. Word ``w`` lives in bank
+``w % banks`` at row ``w // banks`` (word interleaving, so consecutive words
+spread over the banks). Every bank is one :class:`amaranth.lib.memory.Memory`
+with one write port (byte granularity) and one synchronous read port per
+logical port of this component, so logical ports never conflict with each
+other.
+
+Read ports are request/response stream pairs with a latency of one cycle and
+full throughput: a request is accepted while the response register is empty or
+being emptied, so back-pressure on the response propagates to the request
+within the same cycle. Write ports are streams that are always ready; a write
+takes effect at the clock edge that accepts it. Reads are not transparent: a
+read and a write of the same word in the same cycle return the old data.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, MemoryData, Mux
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+__all__ = ["BUS_WIDTHS", "check_bus_width", "ReadPortSignature", "WriteRequest",
+           "WritePortSignature", "BankedMemory"]
+
+#: Data bus widths the memory system supports.
+BUS_WIDTHS = (32, 64, 128, 256)
+
+
+def check_bus_width(data_width):
+    """Raise ``ValueError`` quoting ``data_width`` unless it is one of :data:`BUS_WIDTHS`."""
+    if not isinstance(data_width, int) or isinstance(data_width, bool) or data_width not in BUS_WIDTHS:
+        raise ValueError(f"Bus width must be one of {', '.join(map(str, BUS_WIDTHS))}, "
+                         f"not {data_width!r}")
+
+
+class WriteRequest(data.StructLayout):
+    """Payload of a memory write: word address, data and one enable bit per byte lane.
+
+    Parameters
+    ----------
+    addr_width : int
+        Width of the word address.
+    data_width : int
+        Bus width in bits.
+    """
+    def __init__(self, addr_width, data_width):
+        super().__init__({
+            "addr": addr_width,
+            "data": data_width,
+            "be": data_width // 8,
+        })
+
+
+class ReadPortSignature(wiring.Signature):
+    """A read port as seen by its requester.
+
+    Members
+    -------
+    req : ``Out(stream.Signature(addr_width))``
+        Word address to read.
+    rsp : ``In(stream.Signature(data_width))``
+        Read data, in request order.
+    """
+    def __init__(self, addr_width, data_width):
+        self._addr_width = addr_width
+        self._data_width = data_width
+        super().__init__({
+            "req": Out(stream.Signature(addr_width)),
+            "rsp": In(stream.Signature(data_width)),
+        })
+
+    @property
+    def addr_width(self):
+        return self._addr_width
+
+    @property
+    def data_width(self):
+        return self._data_width
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and other.addr_width == self.addr_width
+                and other.data_width == self.data_width)
+
+    def __repr__(self):
+        return f"ReadPortSignature({self.addr_width}, {self.data_width})"
+
+
+def WritePortSignature(addr_width, data_width):
+    """A write port as seen by its requester: ``Out(stream.Signature(WriteRequest))``."""
+    return stream.Signature(WriteRequest(addr_width, data_width))
+
+
+class BankedMemory(wiring.Component):
+    """Word-interleaved banked SRAM with byte-enable writes.
+
+    Parameters
+    ----------
+    data_width : int
+        Word (bus) width in bits: one of 32, 64, 128, 256.
+    size : int
+        Size in bytes; a positive multiple of ``banks * data_width // 8``.
+    banks : int
+        Number of banks, a power of two.
+    read_ports : int
+        Number of read ports (at least 1).
+    write_ports : int
+        Number of write ports (at least 1). When two write ports write the
+        same byte in the same cycle, the higher-numbered port wins.
+    init : bytes-like, optional
+        Initial contents, little-endian; shorter than ``size`` is zero-padded.
+
+    Interface attributes
+    --------------------
+    read : ``In(ReadPortSignature(addr_width, data_width)).array(read_ports)``
+        Read ports: ``read[i].req`` takes word addresses, ``read[i].rsp``
+        returns the words one cycle later (held under back-pressure).
+    write : ``In(WritePortSignature(addr_width, data_width)).array(write_ports)``
+        Write ports, always ready.
+    """
+
+    def __init__(self, *, data_width=32, size=4096, banks=1, read_ports=1, write_ports=1,
+                 init=b""):
+        check_bus_width(data_width)
+        word = data_width // 8
+        if not isinstance(banks, int) or banks < 1 or banks & (banks - 1):
+            raise ValueError(f"Bank count must be a positive power of two, not {banks!r}")
+        if not isinstance(size, int) or size <= 0 or size % (banks * word):
+            raise ValueError(f"Memory size must be a positive multiple of {banks * word} bytes "
+                             f"({banks} banks of {word}-byte words), not {size!r}")
+        if not isinstance(read_ports, int) or read_ports < 1:
+            raise ValueError(f"Read port count must be at least 1, not {read_ports!r}")
+        if not isinstance(write_ports, int) or write_ports < 1:
+            raise ValueError(f"Write port count must be at least 1, not {write_ports!r}")
+        init = bytes(init)
+        if len(init) > size:
+            raise ValueError(f"Initial contents of {len(init)} bytes exceed the memory size "
+                             f"of {size} bytes")
+        self._data_width = data_width
+        self._size = size
+        self._banks = banks
+        self._read_ports = read_ports
+        self._write_ports = write_ports
+        self._words = size // word
+        self._addr_width = max(1, ceil_log2(self._words))
+
+        init = init + bytes(size - len(init))
+        words = [int.from_bytes(init[i * word:(i + 1) * word], "little")
+                 for i in range(self._words)]
+        depth = self._words // banks
+        self._bank_data = [
+            MemoryData(shape=data_width, depth=depth, init=words[b::banks])
+            for b in range(banks)
+        ]
+        super().__init__({
+            "read": In(ReadPortSignature(self._addr_width, data_width)).array(read_ports),
+            "write": In(WritePortSignature(self._addr_width, data_width)).array(write_ports),
+        })
+
+    data_width = property(lambda self: self._data_width, doc="Word width in bits.")
+    size = property(lambda self: self._size, doc="Size in bytes.")
+    banks = property(lambda self: self._banks, doc="Number of banks.")
+    read_ports = property(lambda self: self._read_ports, doc="Number of read ports.")
+    write_ports = property(lambda self: self._write_ports, doc="Number of write ports.")
+    addr_width = property(lambda self: self._addr_width, doc="Word address width.")
+    words = property(lambda self: self._words, doc="Size in words.")
+
+    @property
+    def bank_data(self):
+        """The banks' :class:`MemoryData` (for simulation access)."""
+        return tuple(self._bank_data)
+
+    def _locate(self, word_addr):
+        return self._bank_data[word_addr % self._banks], word_addr // self._banks
+
+    # ---- simulation helpers (testbench context) ----
+    def sim_read(self, ctx, addr, length):
+        """Read ``length`` bytes at byte address ``addr`` in a testbench ``ctx``."""
+        word = self._data_width // 8
+        out = bytearray()
+        for w in range(addr // word, (addr + length + word - 1) // word):
+            mem, row = self._locate(w)
+            out += int(ctx.get(mem[row])).to_bytes(word, "little")
+        off = addr % word
+        return bytes(out[off:off + length])
+
+    def sim_write(self, ctx, addr, payload):
+        """Write ``payload`` bytes at byte address ``addr`` in a testbench ``ctx``."""
+        word = self._data_width // 8
+        payload = bytes(payload)
+        for w in range(addr // word, (addr + len(payload) + word - 1) // word):
+            mem, row = self._locate(w)
+            cur = bytearray(int(ctx.get(mem[row])).to_bytes(word, "little"))
+            for lane in range(word):
+                i = w * word + lane - addr
+                if 0 <= i < len(payload):
+                    cur[lane] = payload[i]
+            ctx.set(mem[row], int.from_bytes(cur, "little"))
+
+    def elaborate(self, platform):
+        m = Module()
+        bank_bits = exact_log2(self._banks)
+
+        mems = []
+        for b, bdata in enumerate(self._bank_data):
+            mem = Memory(data=bdata)
+            m.submodules[f"bank{b}"] = mem
+            mems.append(mem)
+
+        for p in range(self._write_ports):
+            port = self.write[p]
+            m.d.comb += port.ready.eq(1)
+            for b, mem in enumerate(mems):
+                wp = mem.write_port(granularity=8)
+                bank_hit = (port.p.addr[:bank_bits] == b) if bank_bits else 1
+                m.d.comb += [
+                    wp.addr.eq(port.p.addr[bank_bits:]),
+                    wp.data.eq(port.p.data),
+                    wp.en.eq(Mux(port.valid & bank_hit, port.p.be, 0)),
+                ]
+
+        for p in range(self._read_ports):
+            port = self.read[p]
+            rsp_valid = Signal(name=f"rsp_valid{p}")
+            sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
+            accept = Signal(name=f"accept{p}")
+            m.d.comb += [
+                accept.eq(~rsp_valid | port.rsp.ready),
+                port.req.ready.eq(accept),
+                port.rsp.valid.eq(rsp_valid),
+            ]
+            with m.If(accept):
+                m.d.sync += rsp_valid.eq(port.req.valid)
+                if bank_bits:
+                    m.d.sync += sel.eq(port.req.p[:bank_bits])
+            rdata = []
+            for b, mem in enumerate(mems):
+                rp = mem.read_port(transparent_for=())
+                m.d.comb += [
+                    rp.addr.eq(port.req.p[bank_bits:]),
+                    rp.en.eq(accept & port.req.valid),
+                ]
+                rdata.append(rp.data)
+            if bank_bits:
+                with m.Switch(sel):
+                    for b, d in enumerate(rdata):
+                        with m.Case(b):
+                            m.d.comb += port.rsp.p.eq(d)
+            else:
+                m.d.comb += port.rsp.p.eq(rdata[0])
+        return m
