@@ -164,6 +164,10 @@ class MMU(wiring.Component):
         Sticky: a fault was dropped because the fault FIFO was full.
     fault_clear : ``In(1)``
         Clears ``fault_overflow``.
+    tlb_index : ``In(range(tlb_entries))``
+        Entry to show on ``tlb_entry`` (the host port reads the TLB back this way).
+    tlb_entry : ``Out(TlbEntry(arch))``
+        The entry at ``tlb_index``, combinationally.
     """
 
     def __init__(self, arch, *, local_dev=0, tag_width=4, fault_depth=4):
@@ -190,6 +194,8 @@ class MMU(wiring.Component):
             "fault": Out(stream.Signature(FaultRecord(arch))),
             "fault_overflow": Out(1),
             "fault_clear": In(1),
+            "tlb_index": In(range(max(2, arch.tlb_entries))),
+            "tlb_entry": Out(TlbEntry(arch)),
         })
 
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
@@ -225,6 +231,12 @@ class MMU(wiring.Component):
         pn = arch.addr_bits - p0_bits
         tlb = self._entries
         mem_pages = arch.mem_bytes >> p0_bits
+
+        # ---------------------------------------------------------- read-back
+        with m.Switch(self.tlb_index):
+            for i in range(n):
+                with m.Case(i):
+                    m.d.comb += self.tlb_entry.eq(tlb[i])
 
         # ---------------------------------------------------------- translate
         stall = Signal()

@@ -337,3 +337,34 @@ def test_miss_to_fault_latency():
         assert (int(r.ctx), int(r.va), r.cause) == (3, 0x1234, TranslateCause.NOT_MAPPED)
 
     run_simulation(mmu, [tb])
+
+
+def test_tlb_read_back_port():
+    """``tlb_index`` / ``tlb_entry`` show the entry a REMAP placed (the host port's view)."""
+    from amaranth.sim import Simulator
+    from hw.isa import ArchParams
+    from hw.mmu import MMU, MmuOp
+    arch = ArchParams(tlb_entries=4, mem_bytes=1 << 16, addr_bits=20)
+    dut = MMU(arch)
+
+    async def bench(ctx):
+        ctx.set(dut.cmd.p.op, MmuOp.REMAP)
+        ctx.set(dut.cmd.p.ctx, 1)
+        ctx.set(dut.cmd.p.size, 0)
+        ctx.set(dut.cmd.p.perm, 3)
+        ctx.set(dut.cmd.p.va, 0x3000)
+        ctx.set(dut.cmd.p.pa, 0x5000)
+        ctx.set(dut.cmd.valid, 1)
+        await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+        await ctx.tick().until(dut.idle)
+        ctx.set(dut.tlb_index, 0)
+        e = ctx.get(dut.tlb_entry)
+        assert (e.valid, e.ctx, e.perm, e.vpn, e.ppn) == (1, 1, 3, 3, 5)
+        ctx.set(dut.tlb_index, 1)
+        assert ctx.get(dut.tlb_entry).valid == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
