@@ -10,6 +10,7 @@ generated code, not of the design.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import os
 import shutil
@@ -89,10 +90,42 @@ class EmitParams:
     bus_bits: int
 
 
+_INIT_BLOCK = re.compile(r"(?m)^(?P<ind>[ \t]*)initial begin\n"
+                         r"(?P<body>(?:[ \t]*\\?[\w$.]+ ?\[\d+\] = \d+'h[0-9a-fA-F]+;\n)+)"
+                         r"[ \t]*end\n")
+_INIT_LINE = re.compile(r"^[ \t]*(\\?[\w$.]+ ?)\[(\d+)\] = (\d+'h[0-9a-fA-F]+);$")
+
+
+def compact_memory_inits(text: str) -> str:
+    """Fold a memory's word-by-word ``initial`` block into a loop when every word is equal.
+
+    Yosys writes one assignment per word, which makes a zero-initialised
+    megabyte memory megabytes of Verilog; the loop assigns the same values.
+    """
+    count = 0
+
+    def fold(m):
+        nonlocal count
+        lines = m.group("body").splitlines()
+        parsed = [_INIT_LINE.match(ln) for ln in lines]
+        if not all(parsed) or len({p.group(1) for p in parsed}) != 1 or len({p.group(3) for p in parsed}) != 1:
+            return m.group(0)
+        idx = sorted(int(p.group(2)) for p in parsed)
+        if idx != list(range(idx[0], idx[0] + len(idx))) or len(idx) < 16:
+            return m.group(0)
+        count += 1
+        ind, name, val = m.group("ind"), parsed[0].group(1).rstrip(), parsed[0].group(3)
+        sep = " " if name.startswith("\\") else ""
+        return (f"{ind}initial begin : meminit{count}\n{ind}  integer i;\n"
+                f"{ind}  for (i = {idx[0]}; i <= {idx[-1]}; i = i + 1) {name}{sep}[i] = {val};\n{ind}end\n")
+
+    return _INIT_BLOCK.sub(fold, text)
+
+
 def emit(top: Top, params: EmitParams) -> str:
     from amaranth.back import verilog
     text = verilog.convert(top.build(params), name=top.module, emit_src=False)
-    return text
+    return compact_memory_inits(text)
 
 
 def lint(path: Path) -> tuple[bool, str]:
