@@ -1,4 +1,4 @@
-"""``python -m gen run --engine golden DIR``: execute a compiled program and verify it."""
+"""``python -m gen run --engine golden|amaranth|verilator DIR``: execute a compiled program and verify it."""
 from __future__ import annotations
 
 import json
@@ -8,21 +8,28 @@ import time
 NAME = "run"
 HELP = "run a compiled program directory on an engine and verify the rollout shards"
 ORDER = 34
-ENGINES = ("golden",)
+ENGINES = ("golden", "amaranth", "verilator")
 
 
 def add_arguments(p):
     p.add_argument("dir", help="compiled program directory (from `compile`)")
     p.add_argument("--engine", default="golden", help=f"{' | '.join(ENGINES)} (default golden)")
+    p.add_argument("--vcd", default=None, help="amaranth engine: write a VCD waveform here")
 
 
-def execute(loaded, engine: str) -> dict:
+def execute(loaded, engine: str, vcd=None, progress=None) -> dict:
     """Run on an engine; returns the executor-neutral result dict (memories, tlb, ...)."""
     from model.errors import InputError
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     if loaded.memories is None:
         raise InputError(f"{loaded.path}: compiled without memory images (--no-images); nothing to run")
+    if engine == "amaranth":
+        from gen.sim_amaranth import run_amaranth
+        return run_amaranth(loaded, vcd=vcd, progress=progress)
+    if engine == "verilator":
+        from gen.sim_verilator import run_verilator
+        return run_verilator(loaded, progress=progress)
     from model.golden import GoldenSystem
     t0 = time.perf_counter()
     res = GoldenSystem(loaded.arch, loaded.programs, loaded.memories).run()
@@ -79,7 +86,8 @@ def _norm_tlb(entries):
 def run(args) -> int:
     from gen.artifacts import load_compiled
     loaded = load_compiled(args.dir)
-    res = execute(loaded, args.engine)
+    res = execute(loaded, args.engine, vcd=getattr(args, "vcd", None),
+                  progress=lambda s: print(s, file=sys.stderr, flush=True))
     out = summarize(loaded, res)
     json.dump(out, sys.stdout)
     print()

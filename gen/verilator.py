@@ -50,7 +50,9 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
         progress(f"verilating {top} ({sum(len(t) for _, t in sources):,} bytes of Verilog) "
                  f"into {out}; this takes a minute the first time")
         env = dict(os.environ, MAKEFLAGS=f"-j{jobs}")
+        # the PyPI build's make fragment leaves the precompiled-header include flag empty
         r = subprocess.run([exe, *flags, "--Mdir", "obj", "--build-jobs", str(jobs),
+                            "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
                             *[name for name, _ in sources]],
                            cwd=tmp, capture_output=True, text=True, env=env)
         built = tmp / "obj" / f"V{top}"

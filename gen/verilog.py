@@ -122,10 +122,34 @@ def compact_memory_inits(text: str) -> str:
     return _INIT_BLOCK.sub(fold, text)
 
 
+_CONST_COMB = re.compile(r"(?m)^(  always @\*\n)(    [^\n]+? = [0-9]+'[hbd][0-9a-fA-F_xz]+;\n)")
+_DUMP_REG = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) ")
+
+
+def trigger_constant_comb(text: str) -> str:
+    """Make ``always @*`` blocks that assign only a constant run at time zero.
+
+    Yosys's Verilog writer makes every combinational process sensitive to a
+    per-module dummy register initialised at time zero, except a process
+    whose right-hand side is a constant: such a block has an empty
+    sensitivity list, never runs, and leaves its bits undefined (a simulator
+    may read them as 0). This adds the same dummy trigger to those blocks.
+    """
+    out = []
+    for chunk in re.split(r"(?m)^(?=module )", text):
+        m = _DUMP_REG.search(chunk)
+        if m:
+            reg = m.group(1)
+            chunk = _CONST_COMB.sub(lambda mm: f"  always @* begin\n    if ({reg} ) begin end\n"
+                                               f"{mm.group(2)}  end\n", chunk)
+        out.append(chunk)
+    return "".join(out)
+
+
 def emit(top: Top, params: EmitParams) -> str:
     from amaranth.back import verilog
     text = verilog.convert(top.build(params), name=top.module, emit_src=False)
-    return compact_memory_inits(text)
+    return trigger_constant_comb(compact_memory_inits(text))
 
 
 def lint(path: Path) -> tuple[bool, str]:

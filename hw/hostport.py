@@ -1,0 +1,456 @@
+"""The host port: an AXI4-Lite slave in front of one device's coprocessor.
+
+Why AXI4-Lite rather than Wishbone: the hosts this IP sits next to (an SoC
+interconnect, a Zynq / MicroBlaze / RISC-V control core, a PCIe bridge) and
+the verification IP its users already own speak AMBA; AXI4-Lite is the
+common denominator of them all, its five independent channels take an
+address and its data in any order, and every register access gets an
+explicit response (``SLVERR`` for a write to a read-only or unmapped
+register, or an instruction-memory write while the program runs).
+
+The register map is the table :data:`REGISTERS` (``Register`` / ``Field``
+records); the read multiplexer and write decoder are generated from it, and
+so is ``docs/regmap.md`` (:func:`regmap_markdown`, ``python -m gen regmap``),
+so the documentation cannot drift from the hardware. All registers are 32
+bits wide, at word-aligned byte offsets; 64-bit counters are two registers
+(``_LO`` first).
+
+Loading a program: write ``IMEM_ADDR`` (word index), then ``IMEM_DATA0`` ..
+``IMEM_DATA7`` (the 256-bit word, least significant 32 bits first); the write
+of ``IMEM_DATA7`` stores the word and increments ``IMEM_ADDR``. Then write
+``CTRL.start``, poll ``STATUS`` until it is not ``RUNNING``, read the
+counters, and pop fault records (``FAULT_INFO`` / ``FAULT_VA`` show the oldest,
+a write to ``FAULT_POP`` removes it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .coprocessor import CauseCode, ImemWrite, StatusCode, Coprocessor
+from .dma import DmaFault
+from amaranth.utils import ceil_log2, exact_log2
+
+from .isa import ISA_VERSION, WORD_BITS, Cause, Status
+from .memory import ReadPortSignature, WriteRequest
+from .mmu import TlbEntry
+
+__all__ = ["AxiLiteSignature", "Field", "Register", "REGISTERS", "ADDR_WIDTH", "MAGIC",
+           "HostPort", "regmap_markdown", "register"]
+
+#: Byte address width of the host port.
+ADDR_WIDTH = 12
+#: Value of the ``ID`` register: ASCII "RSIP".
+MAGIC = 0x52534950
+MAX_CHANNELS = 16
+MAX_MEM_LANES = 8       # 256-bit bus / 32-bit registers
+
+OKAY, SLVERR = 0, 2
+
+
+class AxiLiteSignature(wiring.Signature):
+    """AXI4-Lite, 32-bit data, as seen by the master (the host)."""
+    def __init__(self, addr_width=ADDR_WIDTH):
+        self._addr_width = addr_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(32), "wstrb": Out(4), "wvalid": Out(1), "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(32), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+    @property
+    def addr_width(self):
+        return self._addr_width
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.addr_width == self.addr_width
+
+    def __repr__(self):
+        return f"AxiLiteSignature({self.addr_width})"
+
+
+@dataclass(frozen=True)
+class Field:
+    """A register field: ``name``, bits ``[lsb, lsb + width)``, description."""
+    name: str
+    lsb: int
+    width: int
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Register:
+    """A 32-bit register: ``name``, byte ``offset``, ``access`` (RO, WO, RW), fields."""
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple[Field, ...] = ()
+
+
+def _regs():
+    out = [
+        Register("ID", 0x000, "RO", 'Identification: ASCII "RSIP".',
+                 (Field("magic", 0, 32, f"0x{MAGIC:08x}"),)),
+        Register("ISA_VERSION", 0x004, "RO", "ISA version implemented (the VERSION instruction "
+                 "must name it).", (Field("version", 0, 16, f"{ISA_VERSION}"),)),
+        Register("CTRL", 0x008, "WO", "Control.",
+                 (Field("start", 0, 1, "write 1: start the program at word 0 (ignored while "
+                        "running); clears counters, semaphores and fault records"),)),
+        Register("STATUS", 0x00C, "RO", "Coprocessor status.",
+                 (Field("status", 0, 3, "Status: " + ", ".join(f"{s.value} {s.name}" for s in Status)),
+                  Field("cause", 8, 6, "Cause (hw.isa.Cause), see below"),
+                  Field("fault_overflow", 16, 1, "a fault record was dropped (FIFO full)"),
+                  Field("fault_valid", 17, 1, "FAULT_INFO / FAULT_VA hold a record"))),
+        Register("PC", 0x010, "RO", "Program counter: the instruction executing, or where the "
+                 "program stopped.", (Field("pc", 0, 16),)),
+        Register("DEVICE", 0x014, "RO", "This device's index on the interconnect.",
+                 (Field("index", 0, 8),)),
+        Register("IMEM_ADDR", 0x018, "RW", "Instruction-memory word written by IMEM_DATA7; "
+                 "increments after each word.", (Field("addr", 0, 16),)),
+        Register("FAULT_INFO", 0x01C, "RO", "Oldest fault record (valid when "
+                 "STATUS.fault_valid).",
+                 (Field("chan", 0, 4, "DMA channel"), Field("ctx", 8, 4, "context"),
+                  Field("cause", 16, 6, "translation cause (1..5)"),
+                  Field("valid", 31, 1, "a record is present"))),
+        Register("FAULT_VA", 0x020, "RO", "Virtual address of the oldest fault record "
+                 "(bits 31:0).", (Field("va", 0, 32),)),
+        Register("FAULT_POP", 0x024, "WO", "Write any value: remove the oldest fault record."),
+        Register("FAULT_VA_HI", 0x028, "RO", "Virtual address of the oldest fault record "
+                 "(bits 47:32).", (Field("va", 0, 16),)),
+    ]
+    for i in range(8):
+        out.append(Register(f"IMEM_DATA{i}", 0x040 + 4 * i, "WO",
+                            f"Instruction word bits {32 * i + 31}:{32 * i}"
+                            + ("; writing it stores the word at IMEM_ADDR (SLVERR while "
+                               "running)" if i == 7 else "") + "."))
+    params = [("P_DEVICES", "devices"), ("P_MEM_BYTES", "mem_bytes"),
+              ("P_PAGE_SIZE0", "page_sizes[0]"), ("P_PAGE_SIZE1", "page_sizes[1]"),
+              ("P_PAGE_SIZE2", "page_sizes[2]"), ("P_PAGE_SIZE3", "page_sizes[3]"),
+              ("P_TLB_ENTRIES", "tlb_entries"), ("P_CONTEXTS", "contexts"),
+              ("P_CHANNELS", "channels"), ("P_SEMAPHORES", "semaphores"),
+              ("P_IMEM_WORDS", "imem_words"), ("P_ADDR_BITS", "addr_bits"),
+              ("P_BUS_BITS", "DMA / memory bus width in bits")]
+    for i, (name, what) in enumerate(params):
+        out.append(Register(name, 0x080 + 4 * i, "RO", f"Hardware parameter: {what}.",
+                            (Field("value", 0, 32),)))
+    counters = [("CYCLES", "cycles spent running since the last start"),
+                ("BYTES_REMAPPED", "zero-copy bytes made active by COMMITs")]
+    for i, (name, what) in enumerate(counters):
+        out.append(Register(f"{name}_LO", 0x0C0 + 8 * i, "RO", f"Counter: {what} (bits 31:0).",
+                            (Field("value", 0, 32),)))
+        out.append(Register(f"{name}_HI", 0x0C4 + 8 * i, "RO", f"Counter: {what} (bits 63:32).",
+                            (Field("value", 0, 32),)))
+    out.append(Register("DESCRIPTORS", 0x0D0, "RO", "Counter: COPY instructions issued since "
+                        "the last start.", (Field("value", 0, 32),)))
+    for c in range(MAX_CHANNELS):
+        out.append(Register(f"CHAN{c}_BYTES_LO", 0x100 + 8 * c, "RO",
+                            f"Counter: bytes written by DMA channel {c} (bits 31:0; 0 if the "
+                            "channel does not exist).", (Field("value", 0, 32),)))
+        out.append(Register(f"CHAN{c}_BYTES_HI", 0x104 + 8 * c, "RO",
+                            f"Counter: bytes written by DMA channel {c} (bits 63:32).",
+                            (Field("value", 0, 32),)))
+    out.append(Register("MEM_ADDR", 0x200, "RW", "Data-memory window: word index (bus-width words) "
+                        "of the next MEM_WDATA store or MEM_READ load; increments after each.",
+                        (Field("addr", 0, 32),)))
+    out.append(Register("MEM_READ", 0x204, "WO", "Write any value: load the word at MEM_ADDR into "
+                        "MEM_RDATA0.. and increment MEM_ADDR (the write response comes once the "
+                        "word is there)."))
+    for i in range(MAX_MEM_LANES):
+        out.append(Register(f"MEM_WDATA{i}", 0x210 + 4 * i, "WO",
+                            f"Data-memory word bits {32 * i + 31}:{32 * i}; writing the lane of the "
+                            "bus's top 32 bits stores the word at MEM_ADDR (all bytes) and "
+                            "increments MEM_ADDR."))
+    for i in range(MAX_MEM_LANES):
+        out.append(Register(f"MEM_RDATA{i}", 0x230 + 4 * i, "RO",
+                            f"Bits {32 * i + 31}:{32 * i} of the word MEM_READ loaded.",
+                            (Field("value", 0, 32),)))
+    out.append(Register("TLB_INDEX", 0x250, "RW", "TLB entry shown by TLB_INFO / TLB_VPN / TLB_PPN.",
+                        (Field("index", 0, 16),)))
+    out.append(Register("TLB_INFO", 0x254, "RO", "The TLB entry at TLB_INDEX.",
+                        (Field("valid", 0, 1), Field("staged", 1, 1, "in the shadow table"),
+                         Field("size", 2, 2, "page-size index"), Field("perm", 4, 2, "bit 0 read, bit 1 write"),
+                         Field("ctx", 8, 4, "context"), Field("dev", 16, 8, "device"))))
+    out.append(Register("TLB_VPN", 0x258, "RO", "Virtual page number of the entry, in smallest pages.",
+                        (Field("value", 0, 32),)))
+    out.append(Register("TLB_PPN", 0x25C, "RO", "Physical page number of the entry, in smallest pages.",
+                        (Field("value", 0, 32),)))
+    return tuple(out)
+
+
+#: The register map, in address order.
+REGISTERS: tuple[Register, ...] = _regs()
+
+
+def register(name: str) -> Register:
+    """The register called ``name``."""
+    for r in REGISTERS:
+        if r.name == name:
+            return r
+    raise KeyError(f"no register {name!r}")
+
+
+def regmap_markdown() -> str:
+    """``docs/regmap.md``: the register map, generated from :data:`REGISTERS`."""
+    lines = [
+        "# Host port register map",
+        "",
+        "Generated from `hw/hostport.py` (`REGISTERS`) by `python -m gen regmap`; do not edit.",
+        "`tests/test_hostport.py` fails when this file is out of date.",
+        "",
+        f"AXI4-Lite slave, 32-bit data, {ADDR_WIDTH}-bit byte addresses. Reads of unmapped "
+        "addresses and writes to read-only or unmapped ones answer `SLVERR` (reads return 0); "
+        "reads of write-only registers return 0.",
+        "",
+        "| offset | name | access | description |",
+        "|---|---|---|---|",
+    ]
+    for r in REGISTERS:
+        lines.append(f"| 0x{r.offset:03x} | `{r.name}` | {r.access} | {r.doc} |")
+    lines += ["", "## Fields", ""]
+    for r in REGISTERS:
+        if not r.fields or (len(r.fields) == 1 and r.fields[0].width == 32):
+            continue
+        lines.append(f"### `{r.name}` (0x{r.offset:03x})")
+        lines.append("")
+        lines.append("| bits | field | description |")
+        lines.append("|---|---|---|")
+        for f in r.fields:
+            bits = f"{f.lsb}" if f.width == 1 else f"{f.lsb + f.width - 1}:{f.lsb}"
+            lines.append(f"| {bits} | `{f.name}` | {f.doc} |")
+        lines.append("")
+    lines += ["## Cause codes", "", "| value | name |", "|---|---|"]
+    lines += [f"| {c.value} | `{c.name}` |" for c in Cause]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _pack(reg, sources):
+    """The 32-bit read value of ``reg``: its fields' sources at their positions."""
+    parts, pos = [], 0
+    for f in sorted(reg.fields, key=lambda f: f.lsb):
+        if f.lsb > pos:
+            parts.append(Const(0, f.lsb - pos))
+        parts.append(Value.cast(sources[f"{reg.name}.{f.name}"])[:f.width])
+        if len(parts[-1]) < f.width:
+            parts.append(Const(0, f.width - len(parts[-1])))
+        pos = f.lsb + f.width
+    if pos < 32:
+        parts.append(Const(0, 32 - pos))
+    return Cat(*parts)
+
+
+class HostPort(wiring.Component):
+    """AXI4-Lite register interface of one coprocessor.
+
+    Parameters
+    ----------
+    coprocessor : :class:`hw.coprocessor.Coprocessor`
+        The coprocessor served (for its parameters: ``arch``, ``device``,
+        ``counter_width``).
+    data_width : int
+        The DMA / memory bus width, reported in ``P_BUS_BITS``.
+
+    Interface attributes
+    --------------------
+    bus : ``In(AxiLiteSignature(ADDR_WIDTH))``
+        The AXI4-Lite slave.
+    start : ``Out(1)``
+        Pulsed by a write of ``CTRL.start``.
+    imem_w : ``Out(stream.Signature(ImemWrite(imem_words)))``
+        Instruction-memory writes, to the coprocessor.
+    fault_rd : ``In(stream.Signature(DmaFault(...)))``
+        The coprocessor's fault records; popped by ``FAULT_POP``.
+    status, cause, pc, fault_overflow, cycles, descriptors, bytes_remapped : ``In``
+        From the coprocessor's outputs of the same names.
+    chan_bytes : ``In(counter_width).array(channels)``
+        From the coprocessor.
+    mem_w : ``Out(stream.Signature(WriteRequest))``
+        Data-memory window stores (a memory write port of the device).
+    mem_r : ``Out(ReadPortSignature)``
+        Data-memory window loads (a memory read port of the device).
+    tlb_index, tlb_entry : ``Out`` / ``In``
+        To the MMU's TLB read-back port.
+    """
+
+    def __init__(self, coprocessor, *, data_width=64):
+        if not isinstance(coprocessor, Coprocessor):
+            raise TypeError(f"coprocessor must be a Coprocessor, not {coprocessor!r}")
+        arch = coprocessor.arch
+        if arch.channels > MAX_CHANNELS:
+            raise ValueError(f"At most {MAX_CHANNELS} channels, not {arch.channels!r}")
+        self._arch = arch
+        self._device = coprocessor.device
+        self._data_width = data_width
+        mem_addr_width = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
+        self._mem_addr_width = mem_addr_width
+        cw = coprocessor.counter_width
+        C = arch.channels
+        super().__init__({
+            "bus": In(AxiLiteSignature(ADDR_WIDTH)),
+            "start": Out(1),
+            "imem_w": Out(stream.Signature(ImemWrite(arch.imem_words))),
+            "fault_rd": In(stream.Signature(DmaFault(arch, C))),
+            "status": In(StatusCode),
+            "cause": In(CauseCode),
+            "pc": In(range(arch.imem_words + 1)),
+            "fault_overflow": In(1),
+            "cycles": In(cw),
+            "descriptors": In(32),
+            "bytes_remapped": In(cw),
+            "chan_bytes": In(cw).array(C),
+            "mem_w": Out(stream.Signature(WriteRequest(mem_addr_width, data_width))),
+            "mem_r": Out(ReadPortSignature(mem_addr_width, data_width)),
+            "tlb_index": Out(range(max(2, arch.tlb_entries))),
+            "tlb_entry": In(TlbEntry(arch)),
+        })
+
+    arch = property(lambda self: self._arch, doc="The architectural parameters.")
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        bus = self.bus
+        fr = self.fault_rd.p
+        imem_addr = Signal(16)
+        imem_data = [Signal(32, name=f"imem_data{i}") for i in range(7)]
+        mem_addr = Signal(32)
+        wlanes = [Signal(32, name=f"mem_wdata{i}") for i in range(self._data_width // 32 - 1)]
+        rbuf = Signal(self._data_width)
+        # MEM_READ: request the word, hold the write response until it is in rbuf
+        rd_pending = Signal()
+        m.d.comb += [self.mem_r.req.payload.eq(mem_addr), self.mem_r.rsp.ready.eq(1)]
+        with m.If(self.mem_r.rsp.valid):
+            m.d.sync += [rbuf.eq(self.mem_r.rsp.payload), rd_pending.eq(0)]
+        m.d.comb += [self.mem_w.p.addr.eq(mem_addr), self.mem_w.p.be.eq(Const((1 << (self._data_width // 8)) - 1, self._data_width // 8))]
+        running = Signal()
+        m.d.comb += running.eq(self.status == StatusCode.RUNNING)
+
+        def lo_hi(v):
+            v = Value.cast(v)
+            w = len(v)
+            return v[:32], (v[32:] if w > 32 else Const(0, 32))
+
+        params = {"P_DEVICES": arch.devices, "P_MEM_BYTES": arch.mem_bytes,
+                  "P_TLB_ENTRIES": arch.tlb_entries, "P_CONTEXTS": arch.contexts,
+                  "P_CHANNELS": arch.channels, "P_SEMAPHORES": arch.semaphores,
+                  "P_IMEM_WORDS": arch.imem_words, "P_ADDR_BITS": arch.addr_bits,
+                  "P_BUS_BITS": self._data_width}
+        for i in range(4):
+            params[f"P_PAGE_SIZE{i}"] = arch.page_sizes[i]
+        sources = {
+            "ID.magic": Const(MAGIC, 32), "ISA_VERSION.version": Const(ISA_VERSION, 16),
+            "STATUS.status": Value.cast(self.status), "STATUS.cause": Value.cast(self.cause),
+            "STATUS.fault_overflow": self.fault_overflow, "STATUS.fault_valid": self.fault_rd.valid,
+            "PC.pc": self.pc, "DEVICE.index": Const(self._device, 8),
+            "IMEM_ADDR.addr": imem_addr,
+            "FAULT_INFO.chan": fr.chan, "FAULT_INFO.ctx": fr.ctx,
+            "FAULT_INFO.cause": Value.cast(fr.cause), "FAULT_INFO.valid": self.fault_rd.valid,
+            "FAULT_VA.va": fr.va[:32],
+            "FAULT_VA_HI.va": fr.va[32:] if len(fr.va) > 32 else Const(0, 16),
+            "DESCRIPTORS.value": self.descriptors,
+            "MEM_ADDR.addr": mem_addr, "TLB_INDEX.index": self.tlb_index,
+            "TLB_INFO.valid": self.tlb_entry.valid, "TLB_INFO.staged": self.tlb_entry.staged,
+            "TLB_INFO.size": self.tlb_entry.size, "TLB_INFO.perm": self.tlb_entry.perm,
+            "TLB_INFO.ctx": self.tlb_entry.ctx, "TLB_INFO.dev": self.tlb_entry.dev,
+            "TLB_VPN.value": self.tlb_entry.vpn, "TLB_PPN.value": self.tlb_entry.ppn,
+        }
+        lanes = self._data_width // 32
+        for i in range(MAX_MEM_LANES):
+            sources[f"MEM_RDATA{i}.value"] = rbuf[32 * i:32 * i + 32] if i < lanes else Const(0, 32)
+        for k, v in params.items():
+            sources[f"{k}.value"] = Const(v & 0xFFFF_FFFF, 32)
+        for name, sig in (("CYCLES", self.cycles), ("BYTES_REMAPPED", self.bytes_remapped)):
+            lo, hi = lo_hi(sig)
+            sources[f"{name}_LO.value"], sources[f"{name}_HI.value"] = lo, hi
+        for c in range(MAX_CHANNELS):
+            if c < arch.channels:
+                lo, hi = lo_hi(self.chan_bytes[c])
+            else:
+                lo = hi = Const(0, 32)
+            sources[f"CHAN{c}_BYTES_LO.value"], sources[f"CHAN{c}_BYTES_HI.value"] = lo, hi
+
+        # ---------------------------------------------------------------- read
+        rvalid = Signal()
+        rdata = Signal(32)
+        rresp = Signal(2)
+        m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp),
+                     bus.arready.eq(~rvalid)]
+        with m.If(rvalid & bus.rready):
+            m.d.sync += rvalid.eq(0)
+        with m.If(bus.arvalid & ~rvalid):
+            m.d.sync += [rvalid.eq(1), rdata.eq(0), rresp.eq(SLVERR)]
+            with m.Switch(bus.araddr[2:]):
+                for r in REGISTERS:
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += rresp.eq(OKAY)
+                        if r.access != "WO":
+                            m.d.sync += rdata.eq(_pack(r, sources))
+
+        # --------------------------------------------------------------- write
+        aw_held = Signal()
+        aw_addr = Signal(ADDR_WIDTH)
+        w_held = Signal()
+        w_data = Signal(32)
+        bvalid = Signal()
+        bresp = Signal(2)
+        m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
+                     bus.bvalid.eq(bvalid & ~rd_pending), bus.bresp.eq(bresp)]
+        with m.If(bus.awvalid & ~aw_held):
+            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr)]
+        with m.If(bus.wvalid & ~w_held):
+            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bvalid.eq(0)
+        do = Signal()
+        m.d.comb += do.eq(aw_held & w_held & ~bvalid)
+        m.d.comb += [self.imem_w.p.addr.eq(imem_addr),
+                     self.imem_w.p.data.eq(Cat(*imem_data, w_data))]
+        with m.If(do):
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1), bresp.eq(SLVERR)]
+            with m.Switch(aw_addr[2:]):
+                for r in REGISTERS:
+                    if r.access == "RO":
+                        continue
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += bresp.eq(OKAY)
+                        if r.name == "CTRL":
+                            m.d.comb += self.start.eq(w_data[0])
+                        elif r.name == "IMEM_ADDR":
+                            m.d.sync += imem_addr.eq(w_data[:16])
+                        elif r.name == "FAULT_POP":
+                            m.d.comb += self.fault_rd.ready.eq(1)
+                        elif r.name == "MEM_ADDR":
+                            m.d.sync += mem_addr.eq(w_data)
+                        elif r.name == "TLB_INDEX":
+                            m.d.sync += self.tlb_index.eq(w_data)
+                        elif r.name == "MEM_READ":
+                            m.d.comb += self.mem_r.req.valid.eq(1)
+                            m.d.sync += [rd_pending.eq(1), mem_addr.eq(mem_addr + 1)]
+                        elif r.name.startswith("MEM_WDATA"):
+                            i = int(r.name[len("MEM_WDATA"):])
+                            top = self._data_width // 32 - 1
+                            if i < top:
+                                m.d.sync += wlanes[i].eq(w_data)
+                            elif i == top:
+                                m.d.comb += [self.mem_w.valid.eq(1),
+                                             self.mem_w.p.data.eq(Cat(*wlanes, w_data))]
+                                m.d.sync += mem_addr.eq(mem_addr + 1)
+                        elif r.name.startswith("IMEM_DATA"):
+                            i = int(r.name[-1])
+                            if i < 7:
+                                m.d.sync += imem_data[i].eq(w_data)
+                            else:
+                                with m.If(running | (imem_addr >= arch.imem_words)):
+                                    m.d.sync += bresp.eq(SLVERR)
+                                with m.Else():
+                                    m.d.comb += self.imem_w.valid.eq(1)
+                                    m.d.sync += imem_addr.eq(imem_addr + 1)
+                        else:  # pragma: no cover - every writable register is handled
+                            raise AssertionError(r.name)
+        return m
