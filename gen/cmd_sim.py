@@ -21,7 +21,7 @@ from pathlib import Path
 NAME = "sim"
 HELP = "compile a reshard and run it on the RTL (Amaranth simulator), checked against the golden model"
 ORDER = 35
-ENGINES = ("amaranth",)
+ENGINES = ("amaranth", "verilator")
 END_STATE_KEYS = ("status", "cause", "pc", "faults", "tlb", "bytes_copied", "descriptors",
                   "bytes_remapped")
 
@@ -36,7 +36,9 @@ def add_arguments(p):
 
 
 def default_name(args) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "-", f"{args.model}_{args.train}_{args.rollout}").strip("-")
+    def part(text):
+        return re.sub(r"[^A-Za-z0-9.-]+", "-", str(text).replace("=", "")).strip("-")
+    return "_".join(part(x) for x in (Path(args.model).stem, args.train, args.rollout))
 
 
 def compare_end_states(rtl: dict, gold: dict) -> list[str]:

@@ -122,17 +122,9 @@ def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> dict:
     }
 
 
-def run_verilator(loaded, progress=None, max_cycles: int | None = None, keep: Path | None = None) -> dict:
-    """Run a compiled directory on the emitted Verilog; the executor-neutral result dict."""
-    progress = progress or (lambda m: None)
-    t0 = time.perf_counter()
-    bus_bits = loaded.manifest["bus_bits"]
-    binary, cached = build_simulator(loaded.arch, bus_bits, progress)
-    t_build = time.perf_counter() - t0
-    progress(f"simulator {'cached' if cached else 'built'}: {binary} ({t_build:.1f} s)")
-    out_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="reshard-vl-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = [str(Path(binary).resolve()), f"+dir={Path(loaded.path).resolve()}", f"+out={out_dir.resolve()}"]
+def _run_binary(binary: Path, prog_dir: Path, out_dir: Path, arch, bus_bits: int, progress,
+                max_cycles: int | None) -> dict:
+    argv = [str(Path(binary).resolve()), f"+dir={Path(prog_dir).resolve()}", f"+out={out_dir.resolve()}"]
     if max_cycles:
         argv.append(f"+max_cycles={max_cycles}")
     lines: list[str] = []
@@ -150,11 +142,39 @@ def run_verilator(loaded, progress=None, max_cycles: int | None = None, keep: Pa
     rc = proc.wait()
     if rc:
         raise InputError(f"Verilator simulator exited with status {rc}: {' | '.join(lines[-3:])}")
-    res = parse_output(lines, loaded.arch, bus_bits, out_dir)
+    res = parse_output(lines, arch, bus_bits, out_dir)
     run_s = (t_done - t_loaded) if (t_loaded and t_done) else None
+    res["sim_cycles_per_s"] = res["tb_cycles"] / run_s if run_s else 0.0
+    return res
+
+
+def run_programs(arch, bus_bits: int, programs, memories, progress=None, max_cycles: int | None = None) -> dict:
+    """Run raw programs and memories (no compiled directory) on the emitted Verilog."""
+    from gen.hexfile import write_hex
+    from hw.isa import WORD_BITS
+    progress = progress or (lambda m: None)
+    binary, _ = build_simulator(arch, bus_bits, progress)
+    work = Path(tempfile.mkdtemp(prefix="reshard-vl-"))
+    for d, (prog, mem) in enumerate(zip(programs, memories)):
+        (work / f"dev{d}").mkdir()
+        write_hex(work / f"dev{d}" / "program.hex", list(prog) or [0], WORD_BITS)
+        write_hex(work / f"dev{d}" / "mem_init.hex", bytes(mem).ljust(arch.mem_bytes, b"\0"), bus_bits)
+    return _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
+
+
+def run_verilator(loaded, progress=None, max_cycles: int | None = None, keep: Path | None = None) -> dict:
+    """Run a compiled directory on the emitted Verilog; the executor-neutral result dict."""
+    progress = progress or (lambda m: None)
+    t0 = time.perf_counter()
+    bus_bits = loaded.manifest["bus_bits"]
+    binary, cached = build_simulator(loaded.arch, bus_bits, progress)
+    t_build = time.perf_counter() - t0
+    progress(f"simulator {'cached' if cached else 'built'}: {binary} ({t_build:.1f} s)")
+    out_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="reshard-vl-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = _run_binary(binary, Path(loaded.path), out_dir, loaded.arch, bus_bits, progress, max_cycles)
     from gen.sim_amaranth import lower_bound_cycles
     res.update({"lower_bound_cycles": lower_bound_cycles(loaded.manifest),
-                "sim_cycles_per_s": res["tb_cycles"] / run_s if run_s else 0.0,
                 "build_seconds": t_build, "build_cached": cached,
                 "seconds": time.perf_counter() - t0})
     return res

@@ -22,7 +22,7 @@ started, one instruction at a time, in order:
   the program with ``FAULT`` (the cause of the lowest-numbered one);
 * ``SIGNAL`` sends a message (device, semaphore) to the interconnect,
   ``WAIT`` waits for a local semaphore and is aborted (``ABORTED``/
-  ``DEADLOCK``) when the system reports quiescence on ``abort``;
+  ``DEADLOCK``) when the system reports quiescence on ``quiesced``;
 * ``HALT`` waits for every channel, then stops ``HALTED`` (or ``FAULT``).
 
 Illegal instructions are detected exactly as ``model/golden.py`` does, in the
@@ -128,7 +128,7 @@ class Coprocessor(wiring.Component):
     start : ``In(1)``
         Pulse: start the program at word 0 (ignored while running). Clears the
         semaphores, counters, fault FIFO and the DMA channels' errors first.
-    abort : ``In(1)``
+    quiesced : ``In(1)``
         The system is quiescent: a WAIT that is not satisfied stops with
         ``ABORTED``/``DEADLOCK``.
     step_mode, step_grant : ``In(1)``
@@ -223,10 +223,9 @@ class Coprocessor(wiring.Component):
         self._counter_width = counter_width
         C = arch.channels
         cw = counter_width
-        self._imem = Memory(shape=WORD_BITS, depth=arch.imem_words, init=program)
         super().__init__({
             "start": In(1),
-            "abort": In(1),
+            "quiesced": In(1),
             "step_mode": In(1),
             "step_grant": In(1),
             "step_ack": Out(1),
@@ -267,9 +266,9 @@ class Coprocessor(wiring.Component):
     counter_width = property(lambda self: self._counter_width, doc="Counter width in bits.")
 
     @property
-    def imem(self):
-        """The instruction memory (:class:`amaranth.lib.memory.Memory`)."""
-        return self._imem
+    def program(self):
+        """The initial contents of instruction memory (a tuple of words)."""
+        return tuple(self._program)
 
     def elaborate(self, platform):
         m = Module()
@@ -277,7 +276,7 @@ class Coprocessor(wiring.Component):
         C = arch.channels
         A = arch.addr_bits
         W = arch.imem_words
-        m.submodules.imem = imem = self._imem
+        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=W, init=self._program)
 
         # ------------------------------------------------------------ state
         status = self.status
@@ -640,7 +639,7 @@ class Coprocessor(wiring.Component):
                                                  sem_dec_idx.eq(fw.sem)]
                             with m.Else():
                                 m.d.comb += self.blocked.eq(1)
-                                with m.If(self.abort):
+                                with m.If(self.quiesced):
                                     m.d.comb += [stop.eq(1), stop_status.eq(StatusCode.ABORTED),
                                                  stop_cause.eq(CauseCode.DEADLOCK)]
                                     m.next = "STOPPED"

@@ -101,7 +101,7 @@ class Device(wiring.Component):
         Acks of this device's remote write beats.
     start : ``In(1)``
         Start the program (or-ed with the host port's start).
-    abort, step_mode, step_grant : ``In(1)``
+    quiesced, step_mode, step_grant : ``In(1)``
         To the coprocessor (quiescence abort, lock-step mode).
     step_ack : ``Out(1)``
         From the coprocessor.
@@ -154,7 +154,7 @@ class Device(wiring.Component):
             "ack_out": Out(ack),
             "ack_in": In(ack),
             "start": In(1),
-            "abort": In(1),
+            "quiesced": In(1),
             "step_mode": In(1),
             "step_grant": In(1),
             "step_ack": Out(1),
@@ -211,7 +211,7 @@ class Device(wiring.Component):
             dma.flush.eq(cop.dma_flush),
             cop.mmu_idle.eq(mmu.idle),
             cop.start.eq(self.start | hp.start),
-            cop.abort.eq(self.abort),
+            cop.quiesced.eq(self.quiesced),
             cop.step_mode.eq(self.step_mode),
             cop.step_grant.eq(self.step_grant),
             self.step_ack.eq(cop.step_ack),
@@ -262,7 +262,7 @@ class Device(wiring.Component):
         voqs = []
         for j in range(D):
             # one queue per destination; the one to this device carries only SIGNALs
-            q = SyncFIFOBuffered(width=layout.size, depth=2 if j == me else self._net_depth)
+            q = SyncFIFOBuffered(width=layout.size, depth=4 if j == me else self._net_depth)
             m.submodules[f"voq{j}"] = q
             voqs.append(q)
         msg = Signal(layout)

@@ -51,7 +51,7 @@ class System(wiring.Component):
     step_mode : ``In(1)``
         Lock-step execution (see the module documentation).
     quiescent : ``Out(1)``
-        Nothing can progress any more (drives the coprocessors' ``abort``).
+        Nothing can progress any more (drives the coprocessors' ``quiesced``).
     done : ``Out(1)``
         Every device stopped and nothing is in flight.
     host : ``In(AxiLiteSignature(ADDR_WIDTH)).array(devices)``
@@ -108,7 +108,7 @@ class System(wiring.Component):
         for d, dev in enumerate(self.devices):
             m.d.comb += [
                 dev.start.eq(self.start),
-                dev.abort.eq(self.quiescent),
+                dev.quiesced.eq(self.quiescent),
                 dev.step_mode.eq(self.step_mode),
                 dev.step_grant.eq(self.step_mode & ~settle & (tok == d)),
             ]

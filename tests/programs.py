@@ -264,15 +264,24 @@ def _program(draw, arch: ArchParams, dev: int, max_body: int, illegal_rate: floa
 
 @st.composite
 def systems(draw, max_devices: int = 3, max_body: int = 14, illegal_rate: float = 0.01,
-            min_mem_pages: int = 4, max_mem_pages: int = 16) -> SystemCase:
-    """A whole system: ArchParams, one program and one initial memory per device."""
-    arch = draw(arch_params(max_devices=max_devices, min_mem_pages=min_mem_pages,
-                            max_mem_pages=max_mem_pages))
-    # small programs: shrink imem_words so PC_OVERFLOW happens too
+            min_mem_pages: int = 4, max_mem_pages: int = 16, arch: ArchParams | None = None) -> SystemCase:
+    """A whole system: ArchParams, one program and one initial memory per device.
+
+    With ``arch`` given, every example uses that architecture (programs are cut
+    to its ``imem_words``): what a compiled simulator, built once, needs.
+    """
+    fixed = arch is not None
+    if not fixed:
+        arch = draw(arch_params(max_devices=max_devices, min_mem_pages=min_mem_pages,
+                                max_mem_pages=max_mem_pages))
     progs = [draw(_program(arch, d, max_body, illegal_rate)) for d in range(arch.devices)]
-    longest = max(len(p) for p in progs)
-    imem = longest + draw(st.sampled_from([0, 0, 1, 3]))
-    arch = dataclasses.replace(arch, imem_words=imem)
+    if fixed:
+        progs = [p[:arch.imem_words] for p in progs]
+    else:
+        # small programs: shrink imem_words so PC_OVERFLOW happens too
+        longest = max(len(p) for p in progs)
+        imem = longest + draw(st.sampled_from([0, 0, 1, 3]))
+        arch = dataclasses.replace(arch, imem_words=imem)
     mems = []
     for _ in range(arch.devices):
         seed = draw(st.integers(0, 2**32 - 1))
