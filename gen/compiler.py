@@ -258,7 +258,7 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
         for g, sb, dva, rows, nb, ss, ds in sources[s]:
             copies.append(Copy(sb, comp.stage_window(g) + dva, rows, nb, ss, ds, g))
         copies = _merge_copies(copies)
-        _balance(copies, arch.channels)
+        _balance(copies, arch.channels, s, world)
         ctx1 = _ctx1_pages(arch, comp, layout[s])
         prog = _emit(arch, s, world, ctx0, ctx1, copies)
         words, asm = prog
@@ -354,11 +354,20 @@ def _merge_copies(copies: list[Copy]) -> list[Copy]:
     return out
 
 
-def _balance(copies: list[Copy], channels: int):
-    """Least-loaded channel first, in bytes."""
+def _balance(copies: list[Copy], channels: int, src: int = 0, world: int = 1):
+    """Least-loaded channel first, in bytes, with channels grouped by destination.
+
+    Copies are ordered by destination; if every channel took them in that
+    order, all channels of all devices would push into device 0 first, then
+    device 1, ... and one network port would take several devices' traffic
+    at a time. Channel ch serves destinations with (dst - src) % world == ch %
+    world, so the devices push into different ports at once.
+    """
     load = [0] * channels
     for c in copies:
-        ch = min(range(channels), key=load.__getitem__)
+        r = (c.dst_dev - src) % world
+        group = [ch for ch in range(channels) if ch % world == r] if world <= channels else [r % channels]
+        ch = min(group, key=load.__getitem__)
         c.chan = ch
         load[ch] += c.nbytes + 64    # a descriptor costs a little even when small
 

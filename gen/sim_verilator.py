@@ -61,7 +61,8 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None) -> list[tuple[s
         tmp.replace(cached)
     tb = generate(arch.devices, bus_bits, arch.mem_bytes, arch.imem_words, arch.tlb_entries,
                   arch.channels, top=top.module)
-    return [("reshard_system.v", design), (f"{TB_MODULE}.v", tb)]
+    from hw.memory import SRAM_VERILOG
+    return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG), (f"{TB_MODULE}.v", tb)]
 
 
 def build_simulator(arch, bus_bits: int, progress=lambda m: None) -> tuple[Path, bool]:

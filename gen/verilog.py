@@ -77,9 +77,11 @@ def tops() -> dict[str, Top]:
         return out
     out["coprocessor"] = Top("coprocessor", "reshard_coprocessor", lambda p: Coprocessor(p.arch),
                              lambda p: {"arch": p.arch.to_json()})
-    out["device"] = Top("device", "reshard_device", lambda p: Device(p.arch, data_width=p.bus_bits),
+    out["device"] = Top("device", "reshard_device",
+                        lambda p: Device(p.arch, data_width=p.bus_bits, sram_macro=True),
                         lambda p: {"arch": p.arch.to_json(), "data_width": p.bus_bits})
-    out["system"] = Top("system", "reshard_system", lambda p: System(p.arch, data_width=p.bus_bits),
+    out["system"] = Top("system", "reshard_system",
+                        lambda p: System(p.arch, data_width=p.bus_bits, sram_macro=True),
                         lambda p: {"arch": p.arch.to_json(), "data_width": p.bus_bits})
     return out
 
@@ -152,11 +154,16 @@ def emit(top: Top, params: EmitParams) -> str:
     return trigger_constant_comb(compact_memory_inits(text))
 
 
-def lint(path: Path) -> tuple[bool, str]:
+SRAM_FILE = "reshard_sram.v"
+
+
+def lint(path: Path, extra: list[str] = ()) -> tuple[bool, str]:
     """Verilator --lint-only with the documented suppressions: (clean, messages)."""
     exe = find_verilator()
-    r = subprocess.run([exe, "--lint-only", *verilator_flags(), path.name], capture_output=True, text=True,
-                       cwd=path.parent)
+    r = subprocess.run([exe, "--lint-only", *verilator_flags(), "--top-module", path.stem_module, path.name,
+                        *extra] if hasattr(path, "stem_module") else
+                       [exe, "--lint-only", *verilator_flags(), path.name, *extra],
+                       capture_output=True, text=True, cwd=path.parent)
     return r.returncode == 0 and "%Warning" not in r.stderr, r.stderr.strip()
 
 
@@ -170,8 +177,11 @@ def emit_all(out: Path, params: EmitParams, names: list[str] | None = None, do_l
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    manifest = {"tops": {}, "lint_suppressed": LINT_SUPPRESSED}
+    manifest = {"tops": {}, "lint_suppressed": LINT_SUPPRESSED,
+                "sram_model": SRAM_FILE}
     try:
+        from hw.memory import SRAM_VERILOG
+        (tmp / SRAM_FILE).write_text(SRAM_VERILOG)
         for n in names:
             top = available[n]
             progress(f"emitting {n} ({top.module})")
@@ -183,7 +193,7 @@ def emit_all(out: Path, params: EmitParams, names: list[str] | None = None, do_l
             entry = {"module": top.module, "file": f"{n}.v", "params": top.describe(params),
                      "sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text)}
             if do_lint:
-                ok, msgs = lint(path)
+                ok, msgs = lint(path, [SRAM_FILE] if "reshard_sram" in text else [])
                 entry["lint_clean"] = ok
                 if not ok:
                     entry["lint_messages"] = msgs.splitlines()[:40]

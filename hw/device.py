@@ -87,6 +87,8 @@ class Device(wiring.Component):
         Coprocessor per-channel descriptor queue depth.
     fault_depth : int
         Coprocessor fault-record FIFO depth.
+    sram_macro : bool
+        Memory banks as ``reshard_sram`` macro instances (for the emitted Verilog).
 
     Interface attributes
     --------------------
@@ -118,7 +120,7 @@ class Device(wiring.Component):
 
     def __init__(self, arch, *, index=0, data_width=64, program=(), memory=b"", banks=1,
                  outstanding=8, burst_len=None, net_depth=16, ack_depth=16, desc_depth=16,
-                 fault_depth=16):
+                 fault_depth=16, sram_macro=False):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < arch.devices:
@@ -139,7 +141,8 @@ class Device(wiring.Component):
         self._net_depth = net_depth
         self._ack_depth = ack_depth
         self.mem = BankedMemory(data_width=data_width, size=arch.mem_bytes, banks=banks,
-                                read_ports=2, write_ports=3, init=memory)
+                                read_ports=2, write_ports=3,
+                                init=b"" if sram_macro else memory, macro=sram_macro)
         self.mmu = MMU(arch, local_dev=index, tag_width=4)
         self.dma = DMA(arch, data_width=data_width, outstanding=outstanding,
                        burst_len=burst_len, xlat_tag_width=4)

@@ -17,7 +17,7 @@ read and a write of the same word in the same cycle return the old data.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, MemoryData, Mux
+from amaranth.hdl import Cat, ClockSignal, Instance, MemoryData, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -94,6 +94,39 @@ def WritePortSignature(addr_width, data_width):
     return stream.Signature(WriteRequest(addr_width, data_width))
 
 
+#: Simulation model of the SRAM macro a ``macro=True`` memory instantiates: one
+#: clock, ``WPORTS`` byte-enable write ports (a higher-numbered port wins a
+#: same-byte collision) and ``RPORTS`` registered, non-transparent read ports,
+#: contents zero at time 0: the timing of the Amaranth ``Memory`` it replaces.
+SRAM_VERILOG = """\
+// reshard_sram: simulation model of the SRAM macro used by hw.memory.BankedMemory(macro=True)
+module reshard_sram #(parameter WIDTH = 64, parameter DEPTH = 1024, parameter ABITS = 10,
+                      parameter WPORTS = 1, parameter RPORTS = 1) (
+  input                         clk,
+  input  [WPORTS*(WIDTH/8)-1:0] we,
+  input  [WPORTS*ABITS-1:0]     waddr,
+  input  [WPORTS*WIDTH-1:0]     wdata,
+  input  [RPORTS-1:0]           re,
+  input  [RPORTS*ABITS-1:0]     raddr,
+  output reg [RPORTS*WIDTH-1:0] rdata
+);
+  reg [WIDTH-1:0] mem [0:DEPTH-1];
+  integer i, p, b;
+  initial begin
+    for (i = 0; i < DEPTH; i = i + 1) mem[i] = {WIDTH{1'b0}};
+    rdata = {(RPORTS*WIDTH){1'b0}};
+  end
+  always @(posedge clk) begin
+    for (p = 0; p < RPORTS; p = p + 1)
+      if (re[p]) rdata[p*WIDTH +: WIDTH] <= mem[raddr[p*ABITS +: ABITS]];
+    for (p = 0; p < WPORTS; p = p + 1)
+      for (b = 0; b < WIDTH/8; b = b + 1)
+        if (we[p*(WIDTH/8) + b]) mem[waddr[p*ABITS +: ABITS]][b*8 +: 8] <= wdata[p*WIDTH + b*8 +: 8];
+  end
+endmodule
+"""
+
+
 class BankedMemory(wiring.Component):
     """Word-interleaved banked SRAM with byte-enable writes.
 
@@ -112,6 +145,12 @@ class BankedMemory(wiring.Component):
         same byte in the same cycle, the higher-numbered port wins.
     init : bytes-like, optional
         Initial contents, little-endian; shorter than ``size`` is zero-padded.
+    macro : bool
+        Elaborate each bank as an instance of the SRAM macro ``reshard_sram``
+        (:data:`SRAM_VERILOG` is its simulation model) instead of an Amaranth
+        ``Memory``: how the emitted Verilog keeps megabyte memories out of the
+        netlist, as an ASIC flow would. Zero-initialised; not for the Amaranth
+        simulator. Same timing: reads registered one cycle, not transparent.
 
     Interface attributes
     --------------------
@@ -123,7 +162,7 @@ class BankedMemory(wiring.Component):
     """
 
     def __init__(self, *, data_width=32, size=4096, banks=1, read_ports=1, write_ports=1,
-                 init=b""):
+                 init=b"", macro=False):
         check_bus_width(data_width)
         word = data_width // 8
         if not isinstance(banks, int) or banks < 1 or banks & (banks - 1):
@@ -136,6 +175,9 @@ class BankedMemory(wiring.Component):
         if not isinstance(write_ports, int) or write_ports < 1:
             raise ValueError(f"Write port count must be at least 1, not {write_ports!r}")
         init = bytes(init)
+        if macro and any(init):
+            raise ValueError("A macro memory starts zeroed; it cannot take initial contents")
+        self._macro = bool(macro)
         if len(init) > size:
             raise ValueError(f"Initial contents of {len(init)} bytes exceed the memory size "
                              f"of {size} bytes")
@@ -147,14 +189,18 @@ class BankedMemory(wiring.Component):
         self._words = size // word
         self._addr_width = max(1, ceil_log2(self._words))
 
-        init = init + bytes(size - len(init))
-        words = [int.from_bytes(init[i * word:(i + 1) * word], "little")
-                 for i in range(self._words)]
         depth = self._words // banks
-        self._bank_data = [
-            MemoryData(shape=data_width, depth=depth, init=words[b::banks])
-            for b in range(banks)
-        ]
+        self._depth = depth
+        if self._macro:
+            self._bank_data = []
+        else:
+            init = init + bytes(size - len(init))
+            words = [int.from_bytes(init[i * word:(i + 1) * word], "little")
+                     for i in range(self._words)]
+            self._bank_data = [
+                MemoryData(shape=data_width, depth=depth, init=words[b::banks])
+                for b in range(banks)
+            ]
         super().__init__({
             "read": In(ReadPortSignature(self._addr_width, data_width)).array(read_ports),
             "write": In(WritePortSignature(self._addr_width, data_width)).array(write_ports),
@@ -200,9 +246,61 @@ class BankedMemory(wiring.Component):
                     cur[lane] = payload[i]
             ctx.set(mem[row], int.from_bytes(cur, "little"))
 
+    def _elaborate_macro(self, m, bank_bits):
+        """Each bank an instance of ``reshard_sram`` (see :data:`SRAM_VERILOG`)."""
+        W, B = self._data_width, self._data_width // 8
+        abits = max(1, ceil_log2(self._depth))
+        rsp = []
+        for p in range(self._read_ports):
+            port = self.read[p]
+            rsp_valid = Signal(name=f"rsp_valid{p}")
+            sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
+            accept = Signal(name=f"accept{p}")
+            m.d.comb += [accept.eq(~rsp_valid | port.rsp.ready), port.req.ready.eq(accept),
+                         port.rsp.valid.eq(rsp_valid)]
+            with m.If(accept):
+                m.d.sync += rsp_valid.eq(port.req.valid)
+                if bank_bits:
+                    m.d.sync += sel.eq(port.req.p[:bank_bits])
+            rsp.append((port, sel, accept))
+        bank_rdata = []
+        for b in range(self._banks):
+            we, waddr, wdata, re, raddr = [], [], [], [], []
+            for p in range(self._write_ports):
+                port = self.write[p]
+                m.d.comb += port.ready.eq(1)
+                hit = (port.p.addr[:bank_bits] == b) if bank_bits else 1
+                en = Signal(B, name=f"b{b}_we{p}")
+                m.d.comb += en.eq(Mux(port.valid & hit, port.p.be, 0))
+                we.append(en)
+                waddr.append(port.p.addr[bank_bits:][:abits])
+                wdata.append(port.p.data)
+            for p, (port, _sel, accept) in enumerate(rsp):
+                re.append(accept & port.req.valid)
+                raddr.append(port.req.p[bank_bits:][:abits])
+            rdata = Signal(W * self._read_ports, name=f"b{b}_rdata")
+            m.submodules[f"bank{b}"] = Instance(
+                "reshard_sram", p_WIDTH=W, p_DEPTH=self._depth, p_ABITS=abits,
+                p_WPORTS=self._write_ports, p_RPORTS=self._read_ports,
+                i_clk=ClockSignal("sync"), i_we=Cat(*we), i_waddr=Cat(*waddr), i_wdata=Cat(*wdata),
+                i_re=Cat(*re), i_raddr=Cat(*raddr), o_rdata=rdata)
+            bank_rdata.append(rdata)
+        for p, (port, sel, _accept) in enumerate(rsp):
+            words = [d[p * W:(p + 1) * W] for d in bank_rdata]
+            if bank_bits:
+                with m.Switch(sel):
+                    for b, d in enumerate(words):
+                        with m.Case(b):
+                            m.d.comb += port.rsp.p.eq(d)
+            else:
+                m.d.comb += port.rsp.p.eq(words[0])
+        return m
+
     def elaborate(self, platform):
         m = Module()
         bank_bits = exact_log2(self._banks)
+        if self._macro:
+            return self._elaborate_macro(m, bank_bits)
 
         mems = []
         for b, bdata in enumerate(self._bank_data):

@@ -382,14 +382,16 @@ def compare_with_golden(arch, programs, memories, *, data_width=32, lockstep=Fal
     return rtl, gold
 
 
-def racy_copies(arch, programs, memories):
-    """Whether the copies of a program may race, so that its final memories may
-    depend on timing (copies on different channels or devices complete in any
-    order). Conservative: two copies conflict when one writes a byte the other
-    reads or writes, or a copy reads a byte it writes, unless both run on the
-    same device and the later one was issued after the earlier one was known
-    complete (a FENCE covering its channel, a REMAP, an immediate INVAL, a
-    COMMIT). Runs an instrumented golden model."""
+def racy_copies(arch, programs, memories, *, across=True):
+    """Whether the final memories of a program may depend on timing. A copy
+    that reads a byte it writes (source and destination overlap: the ISA
+    leaves the result unspecified, the golden model does a forward byte loop)
+    always counts; with ``across``, so do two copies that may run at the same
+    time (copies on different channels or devices complete in any order) where
+    one writes a byte the other reads or writes. Conservative: copies are
+    ordered only when both run on the same device and the later one was issued
+    after the earlier one was known complete (a FENCE covering its channel, a
+    REMAP, an immediate INVAL, a COMMIT). Runs an instrumented golden model."""
     from hw.isa import PERM_R, PERM_W, Op
     from model.golden import GoldenSystem
 
@@ -451,6 +453,8 @@ def racy_copies(arch, programs, memories):
     for i, a in enumerate(cs):
         if a[5] & a[4]:
             return True
+        if not across:
+            continue
         for b in cs[i + 1:]:
             if a[0] == b[0] and a[3] is not None and b[2] > a[3]:
                 continue
