@@ -3,13 +3,16 @@
 The testbench has no Python in the loop. Given ``+dir=<compiled program
 directory>`` and ``+out=<directory>`` it
 
-1. loads every device's ``program.hex`` and ``mem_init.hex`` with
-   ``$readmemh`` and writes them through the device's AXI4-Lite host port
-   (``IMEM_*`` and ``MEM_*`` registers);
+1. loads every device's ``program.hex`` with ``$readmemh`` and writes it
+   through the device's AXI4-Lite host port (``IMEM_*`` registers), and
+   ``mem_init.hex`` with ``$readmemh`` straight into the device's SRAM macro
+   model (``dut.dev<N>.mem.bank0.mem``: the memory is one bank of
+   ``reshard_sram``, see ``hw.memory.SRAM_VERILOG``);
 2. pulses ``start`` and counts clock cycles until the system's ``done``;
 3. prints ``CYCLES <n>``, each device's status, counters, fault records and
-   TLB entries as ``key=value`` lines, and dumps every final memory with
-   ``$writememh`` to ``<out>/dev<N>.mem.hex``.
+   TLB entries (read through the host port) as ``key=value`` lines, and
+   dumps every final memory from the SRAM model with ``$writememh`` to
+   ``<out>/dev<N>.mem.hex``.
 
 Register offsets come from :data:`hw.hostport.REGISTERS`, so the testbench
 follows the hardware's register map. Runs under Verilator (``--binary
@@ -28,8 +31,6 @@ def _off(name: str) -> str:
 
 def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_entries: int,
              channels: int, top: str = "reshard_system", max_cycles: int = 2_000_000_000) -> str:
-    words = mem_bytes // (bus_bits // 8)
-    lanes = bus_bits // 32
     L = []
     a = L.append
     a("`timescale 1ns/1ps")
@@ -45,7 +46,6 @@ def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_e
     a("  reg [31:0] rd;")
     a("  integer d, i, k, nz;")
     a(f"  reg [255:0] prog [0:{imem_words - 1}];")
-    a(f"  reg [{bus_bits - 1}:0] mem [0:{words - 1}];")
     ports = ["awaddr:12", "awprot:3", "awvalid:1", "wdata:32", "wstrb:4", "wvalid:1", "bready:1",
              "araddr:12", "arprot:3", "arvalid:1", "rready:1"]
     inputs = ["awready:1", "wready:1", "bresp:2", "bvalid:1", "arready:1", "rdata:32", "rresp:2",
@@ -117,17 +117,8 @@ def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_e
         for k in range(8):
             a(f"      axi_write{dv}({_off(f'IMEM_DATA{k}')}, prog[i][{32 * k + 31}:{32 * k}]);")
         a("    end")
-        a(f'    for (i = 0; i < {words}; i = i + 1) mem[i] = {bus_bits}\'h0;')
-        a(f'    $readmemh($sformatf("%0s/dev{dv}/mem_init.hex", dir), mem);')
-        a("    nz = 0;")
-        a(f"    for (i = 0; i < {words}; i = i + 1) begin")
-        a(f"      if (mem[i] !== {bus_bits}'h0) begin")
-        a(f"        if (nz != i) axi_write{dv}({_off('MEM_ADDR')}, i);")
-        for k in range(lanes):
-            a(f"        axi_write{dv}({_off(f'MEM_WDATA{k}')}, mem[i][{32 * k + 31}:{32 * k}]);")
-        a("        nz = i + 1;")
-        a("      end")
-        a("    end")
+        # the memory image goes straight into the SRAM model (backdoor $readmemh)
+        a(f'    $readmemh($sformatf("%0s/dev{dv}/mem_init.hex", dir), dut.dev{dv}.mem.bank0.mem);')
     per_device(load)
     a('    $display("LOADED"); $fflush();')
     a("    @(negedge clk); start = 1; @(negedge clk); start = 0;")
@@ -163,13 +154,7 @@ def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_e
         a(f'        $display("TLB {dv} index=%0d info=%0d vpn=%0d ppn=%0d", i, k, nz, rd);')
         a("      end")
         a("    end")
-        a(f"    axi_write{dv}({_off('MEM_ADDR')}, 0);")
-        a(f"    for (i = 0; i < {words}; i = i + 1) begin")
-        a(f"      axi_write{dv}({_off('MEM_READ')}, 1);")
-        for k in range(lanes):
-            a(f"      axi_read{dv}({_off(f'MEM_RDATA{k}')}); mem[i][{32 * k + 31}:{32 * k}] = rd;")
-        a("    end")
-        a(f'    $writememh($sformatf("%0s/dev{dv}.mem.hex", out), mem);')
+        a(f'    $writememh($sformatf("%0s/dev{dv}.mem.hex", out), dut.dev{dv}.mem.bank0.mem);')
     per_device(readback)
     a('    $display("END");')
     a("    $finish;")

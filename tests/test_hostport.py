@@ -143,3 +143,38 @@ def test_axi_lite_end_to_end():
     assert seen["faults"] == [(1, 1, "NOT_MAPPED", 0x100, 1)]
     assert seen["after_pop"] >> 31 == 0
     assert seen["mem"] == mem[0:0x300]
+
+
+def test_memory_and_tlb_windows():
+    """MEM_ADDR / MEM_WDATA / MEM_READ / MEM_RDATA and TLB_INDEX / TLB_INFO reach memory and MMU."""
+    arch = ArchParams(devices=1, mem_bytes=1 << 14, page_sizes=(1024, 4096, 8192, 16384), tlb_entries=8,
+                      channels=2, imem_words=32, addr_bits=16)
+    program = assemble("version 1\nremap ctx=1 size=1 perm=rw staged=0 dev=0 va=0x1000 pa=0x2000\nhalt\n", "p.s")
+    system = System(arch, data_width=64, programs=[program], memories=[b""])
+    bus = system.host[0]
+    seen = {}
+
+    async def tb(ctx):
+        R = lambda name: axi_read(ctx, bus, register(name).offset)        # noqa: E731
+        W = lambda name, v: axi_write(ctx, bus, register(name).offset, v)  # noqa: E731
+        assert await W("MEM_ADDR", 3) == OKAY
+        assert await W("MEM_WDATA0", 0x11223344) == OKAY
+        assert await W("MEM_WDATA1", 0x55667788) == OKAY
+        seen["mem"] = system.devices[0].mem.sim_read(ctx, 24, 8)
+        seen["addr_after_write"] = (await R("MEM_ADDR"))[0]
+        assert await W("MEM_ADDR", 3) == OKAY
+        assert await W("MEM_READ", 1) == OKAY
+        seen["rdata"] = ((await R("MEM_RDATA0"))[0], (await R("MEM_RDATA1"))[0])
+        assert await W("CTRL", 1) == OKAY
+        while (await R("STATUS"))[0] & 7 == Status.RUNNING:
+            pass
+        assert await W("TLB_INDEX", 0) == OKAY
+        seen["tlb"] = ((await R("TLB_INFO"))[0], (await R("TLB_VPN"))[0], (await R("TLB_PPN"))[0])
+
+    run_simulation(system, [tb])
+    assert seen["mem"] == bytes.fromhex("4433221188776655")
+    assert seen["addr_after_write"] == 4
+    assert seen["rdata"] == (0x11223344, 0x55667788)
+    info, vpn, ppn = seen["tlb"]
+    assert info & 1 and (info >> 8) & 0xF == 1 and (info >> 2) & 3 == 1 and (info >> 4) & 3 == 3
+    assert (vpn, ppn) == (0x1000 // 1024, 0x2000 // 1024)
