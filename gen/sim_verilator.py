@@ -25,7 +25,7 @@ from model.errors import InputError
 TOP = "reshard_system"
 
 
-EMIT_CACHE = Path("build") / "verilog-cache"
+EMIT_CACHE = Path(__file__).resolve().parent.parent / "build" / "verilog-cache"
 
 
 def _design_key(arch, bus_bits: int) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from gen.verilog import find_cxx, find_verilator, verilator_flags
 from model.errors import InputError
 
-CACHE = Path("build") / "verilator"
+CACHE = Path(__file__).resolve().parent.parent / "build" / "verilator"
 BUILD_FLAGS = ["--binary", "--timing", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                "-Wno-fatal", "--assert"]
 

@@ -6,8 +6,9 @@ no memory and no download.
 """
 from __future__ import annotations
 
-import json
 import functools
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,13 +85,43 @@ class ModelSpec:
         return sum(p.numel for p in self.params)
 
 
+# under the project tree (not the working directory), so commands leave nothing where they run
+PARAM_CACHE = Path(__file__).resolve().parent.parent / "build" / "cache" / "params"
+
+
+def _cache_key(spec: ModelSpec) -> str:
+    import hashlib
+    from importlib.metadata import version
+    blob = json.dumps(spec.config, sort_keys=True) + "|transformers " + version("transformers")
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
 def _meta_params(spec: ModelSpec) -> list[Param]:
+    """``named_parameters()`` of the model built on the meta device, cached by config.
+
+    Importing torch and transformers costs seconds; the list they give is
+    cached under build/cache/params/ keyed by the config and the
+    transformers version, so later runs read it back instead.
+    """
+    path = PARAM_CACHE / f"{_cache_key(spec)}.json"
+    try:
+        return [Param(n, tuple(shape)) for n, shape in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
     import torch
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         m = AutoModelForCausalLM.from_config(spec.hf_config())
     # named_parameters() already yields a tied tensor once.
-    return [Param(n, tuple(p.shape)) for n, p in m.named_parameters()]
+    params = [Param(n, tuple(p.shape)) for n, p in m.named_parameters()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([[p.name, list(p.shape)] for p in params]))
+        tmp.replace(path)
+    except OSError:
+        pass    # a read-only tree just goes without the cache
+    return params
 
 
 def load_model(name_or_path: str) -> ModelSpec:
