@@ -246,6 +246,30 @@ class BankedMemory(wiring.Component):
                     cur[lane] = payload[i]
             ctx.set(mem[row], int.from_bytes(cur, "little"))
 
+    @staticmethod
+    def _read_control(m, p, port, bank_bits):
+        """Handshake of read port p: (bank select of the word in flight, accept)."""
+        rsp_valid = Signal(name=f"rsp_valid{p}")
+        sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
+        accept = Signal(name=f"accept{p}")
+        m.d.comb += [accept.eq(~rsp_valid | port.rsp.ready), port.req.ready.eq(accept),
+                     port.rsp.valid.eq(rsp_valid)]
+        with m.If(accept):
+            m.d.sync += rsp_valid.eq(port.req.valid)
+            if bank_bits:
+                m.d.sync += sel.eq(port.req.p[:bank_bits])
+        return sel, accept
+
+    @staticmethod
+    def _select_bank(m, port, sel, words, bank_bits):
+        if bank_bits:
+            with m.Switch(sel):
+                for b, d in enumerate(words):
+                    with m.Case(b):
+                        m.d.comb += port.rsp.p.eq(d)
+        else:
+            m.d.comb += port.rsp.p.eq(words[0])
+
     def _elaborate_macro(self, m, bank_bits):
         """Each bank an instance of ``reshard_sram`` (see :data:`SRAM_VERILOG`)."""
         W, B = self._data_width, self._data_width // 8
@@ -253,15 +277,7 @@ class BankedMemory(wiring.Component):
         rsp = []
         for p in range(self._read_ports):
             port = self.read[p]
-            rsp_valid = Signal(name=f"rsp_valid{p}")
-            sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
-            accept = Signal(name=f"accept{p}")
-            m.d.comb += [accept.eq(~rsp_valid | port.rsp.ready), port.req.ready.eq(accept),
-                         port.rsp.valid.eq(rsp_valid)]
-            with m.If(accept):
-                m.d.sync += rsp_valid.eq(port.req.valid)
-                if bank_bits:
-                    m.d.sync += sel.eq(port.req.p[:bank_bits])
+            sel, accept = self._read_control(m, p, port, bank_bits)
             rsp.append((port, sel, accept))
         bank_rdata = []
         for b in range(self._banks):
@@ -286,14 +302,7 @@ class BankedMemory(wiring.Component):
                 i_re=Cat(*re), i_raddr=Cat(*raddr), o_rdata=rdata)
             bank_rdata.append(rdata)
         for p, (port, sel, _accept) in enumerate(rsp):
-            words = [d[p * W:(p + 1) * W] for d in bank_rdata]
-            if bank_bits:
-                with m.Switch(sel):
-                    for b, d in enumerate(words):
-                        with m.Case(b):
-                            m.d.comb += port.rsp.p.eq(d)
-            else:
-                m.d.comb += port.rsp.p.eq(words[0])
+            self._select_bank(m, port, sel, [d[p * W:(p + 1) * W] for d in bank_rdata], bank_bits)
         return m
 
     def elaborate(self, platform):
@@ -322,18 +331,7 @@ class BankedMemory(wiring.Component):
 
         for p in range(self._read_ports):
             port = self.read[p]
-            rsp_valid = Signal(name=f"rsp_valid{p}")
-            sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
-            accept = Signal(name=f"accept{p}")
-            m.d.comb += [
-                accept.eq(~rsp_valid | port.rsp.ready),
-                port.req.ready.eq(accept),
-                port.rsp.valid.eq(rsp_valid),
-            ]
-            with m.If(accept):
-                m.d.sync += rsp_valid.eq(port.req.valid)
-                if bank_bits:
-                    m.d.sync += sel.eq(port.req.p[:bank_bits])
+            sel, accept = self._read_control(m, p, port, bank_bits)
             rdata = []
             for b, mem in enumerate(mems):
                 rp = mem.read_port(transparent_for=())
@@ -342,11 +340,5 @@ class BankedMemory(wiring.Component):
                     rp.en.eq(accept & port.req.valid),
                 ]
                 rdata.append(rp.data)
-            if bank_bits:
-                with m.Switch(sel):
-                    for b, d in enumerate(rdata):
-                        with m.Case(b):
-                            m.d.comb += port.rsp.p.eq(d)
-            else:
-                m.d.comb += port.rsp.p.eq(rdata[0])
+            self._select_bank(m, port, sel, rdata, bank_bits)
         return m
