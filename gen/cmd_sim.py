@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 NAME = "sim"
-HELP = "compile a reshard and run it on the RTL (Amaranth simulator), checked against the golden model"
+HELP = "compile a reshard and run it on the RTL (Amaranth simulator or its Verilog under Verilator), checked against the golden model"
 ORDER = 35
 ENGINES = ("amaranth", "verilator")
 END_STATE_KEYS = ("status", "cause", "pc", "faults", "tlb", "bytes_copied", "descriptors",
