@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -20,10 +19,8 @@ from pathlib import Path
 
 def _compile(model: str, train: str, rollout: str, bus_bits: int, out: Path):
     from gen.artifacts import load_compiled, write_compiled
-    from gen.cmd_compile import build
-    args = argparse.Namespace(model=model, train=train, rollout=rollout, dtype="bf16", devices=None,
-                              device=None, seed=0, bus_bits=bus_bits, tlb_entries=None, channels=None,
-                              imem_words=None, page_sizes=None, no_images=False, mem_bytes=None)
+    from gen.cmd_compile import build, compile_args
+    args = compile_args(model=model, train=train, rollout=rollout, bus_bits=bus_bits)
     comp, source, report, memories, expected = build(args, progress=lambda m: None)
     write_compiled(out, comp, source, bus_bits, memories, expected, report)
     return load_compiled(out)

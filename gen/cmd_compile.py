@@ -37,6 +37,19 @@ def add_source_arguments(p):
     p.add_argument("--no-images", action="store_true", help="write programs and manifest only")
 
 
+def compile_args(**overrides):
+    """The arguments ``build`` takes, at the command line's defaults, with overrides."""
+    import argparse
+    p = argparse.ArgumentParser()
+    add_source_arguments(p)
+    args = p.parse_args([])
+    for k, v in overrides.items():
+        if not hasattr(args, k):
+            raise TypeError(f"compile has no argument {k!r}")
+        setattr(args, k, v)
+    return args
+
+
 def _page_sizes(text):
     from model.errors import InputError
     if text is None:

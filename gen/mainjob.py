@@ -83,14 +83,10 @@ def run(args) -> int:
         s.check(ratio < 1.0, f"minimal moves less than verl for {args_[0]}")
 
     s.step("4. compile tiny-qwen2 fsdp2:dp=2 -> vllm:tp=2 and verify on the golden model")
-    import argparse
     from gen.artifacts import load_compiled, write_compiled
-    from gen.cmd_compile import build
+    from gen.cmd_compile import build, compile_args
     from gen.cmd_run import execute, summarize
-    cargs = argparse.Namespace(model="tiny-qwen2", train="fsdp2:dp=2", rollout="vllm:tp=2", dtype="bf16",
-                               devices=None, device=None, seed=0, bus_bits=64, tlb_entries=None,
-                               channels=None, imem_words=None, page_sizes=None, no_images=False,
-                               mem_bytes=None)
+    cargs = compile_args()
     comp, source, report, memories, expected = build(cargs, progress=lambda m: print(f"   {m}"))
     out = write_compiled(BUILD / "prog" / "tiny", comp, source, 64, memories, expected, report)
     for r in report:

@@ -61,7 +61,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .isa import ArchParams
-from .memory import ReadPortSignature, check_bus_width
+from .memory import ReadPortSignature, check_bus_width, resolve_channels
 from .mmu import TranslateCause, translate_request, translate_response, _ctx_bits, _dev_bits
 
 __all__ = ["CopyDescriptor", "DmaWrite", "ChannelStatus", "DmaFault", "DMA"]
@@ -208,10 +208,7 @@ class DMA(wiring.Component):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         check_bus_width(data_width)
-        if channels is None:
-            channels = arch.channels
-        if not isinstance(channels, int) or isinstance(channels, bool) or not 1 <= channels <= 16:
-            raise ValueError(f"Channel count must be an integer in 1..16, not {channels!r}")
+        channels = resolve_channels(arch, channels)
         if not isinstance(outstanding, int) or not 2 <= outstanding <= 256:
             raise ValueError(f"Outstanding read count must be an integer in 2..256, "
                              f"not {outstanding!r}")

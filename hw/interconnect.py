@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .isa import ArchParams
-from .memory import check_bus_width
+from .memory import check_bus_width, resolve_channels
 from .mmu import _dev_bits
 
 __all__ = ["NetKind", "NetRequest", "NetAck", "Interconnect", "round_robin"]
@@ -153,10 +153,7 @@ class Interconnect(wiring.Component):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         check_bus_width(data_width)
-        if channels is None:
-            channels = arch.channels
-        if not isinstance(channels, int) or isinstance(channels, bool) or not 1 <= channels <= 16:
-            raise ValueError(f"Channel count must be an integer in 1..16, not {channels!r}")
+        channels = resolve_channels(arch, channels)
         self._arch = arch
         self._data_width = data_width
         self._channels = channels

@@ -37,6 +37,15 @@ def check_bus_width(data_width):
                          f"not {data_width!r}")
 
 
+def resolve_channels(arch, channels):
+    """``channels``, or ``arch.channels`` when None; ``ValueError`` quoting it unless in 1..16."""
+    if channels is None:
+        channels = arch.channels
+    if not isinstance(channels, int) or isinstance(channels, bool) or not 1 <= channels <= 16:
+        raise ValueError(f"Channel count must be an integer in 1..16, not {channels!r}")
+    return channels
+
+
 class WriteRequest(data.StructLayout):
     """Payload of a memory write: word address, data and one enable bit per byte lane.
 

@@ -10,19 +10,14 @@ import pytest
 
 from gen.artifacts import load_compiled, write_compiled
 from gen.asm import assemble, disassemble
-from gen.cmd_compile import build
+from gen.cmd_compile import build, compile_args
 from gen.cmd_run import execute, summarize
 from hw.isa import Op, decode, encode
 from model.errors import InputError
 
 
 def _args(**kw):
-    import argparse
-    d = dict(model="tiny-qwen2", train="fsdp2:dp=2", rollout="vllm:tp=2", dtype="bf16", devices=None,
-             device=None, seed=0, bus_bits=64, tlb_entries=None, channels=None, imem_words=None,
-             page_sizes=None, no_images=False, mem_bytes=None)
-    d.update(kw)
-    return argparse.Namespace(**d)
+    return compile_args(**kw)
 
 
 def _compile(tmp_path, **kw):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from gen.artifacts import load_compiled, write_compiled
-from gen.cmd_compile import build
+from gen.cmd_compile import build, compile_args
 from gen.cmd_run import execute, summarize
 from gen.sim_amaranth import run_system
 from gen.sim_verilator import run_programs
@@ -34,11 +34,7 @@ def _agree(a: dict, b: dict):
 
 @pytest.fixture(scope="module")
 def tiny_prog(tmp_path_factory):
-    import argparse
-    args = argparse.Namespace(model="tiny-qwen2", train="fsdp2:dp=2", rollout="vllm:tp=2", dtype="bf16",
-                              devices=None, device=None, seed=0, bus_bits=64, tlb_entries=None,
-                              channels=None, imem_words=None, page_sizes=None, no_images=False,
-                              mem_bytes=None)
+    args = compile_args()
     comp, source, report, memories, expected = build(args, progress=lambda m: None)
     out = tmp_path_factory.mktemp("tiny") / "prog"
     write_compiled(out, comp, source, 64, memories, expected, report)
