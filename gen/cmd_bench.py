@@ -15,13 +15,10 @@ import time
 NAME = "bench"
 HELP = "run the benchmarks and print measured figures against their targets"
 ORDER = 80
-# The block benchmarks drive the DMA and MMU with the shared test helpers, so they
-# live with the tests (tests/bench/); the others are plain modules of gen.
-_OPTIONAL = {"blocks": "tests.bench.bench_blocks", "system": "gen.bench_system",
+# Each optional section is a module of gen (the block benchmarks drive the blocks
+# with the shared simulation kit, gen/simkit.py, as the tests do).
+_OPTIONAL = {"blocks": "gen.bench_blocks", "system": "gen.bench_system",
              "verilator": "gen.bench_verilator"}
-_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-if str(_ROOT) not in __import__("sys").path:
-    __import__("sys").path.insert(0, str(_ROOT))
 
 
 def _sections() -> tuple[str, ...]:
@@ -80,7 +77,7 @@ def bench_compile() -> dict:
 
 
 def bench_blocks(fpga: bool) -> dict:
-    from tests.bench.bench_blocks import run_block_benchmarks
+    from gen.bench_blocks import run_block_benchmarks
     return run_block_benchmarks(fpga=fpga)
 
 

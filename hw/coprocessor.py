@@ -58,8 +58,8 @@ from .dma import ChannelStatus, CopyDescriptor, DmaFault
 from .interconnect import round_robin
 from .isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status,
                   reserved_mask)
-from .memory import check_bus_width
-from .mmu import MmuCommand, MmuOp, _ctx_bits, _dev_bits
+from .lib import chan_bits, check_bus_width, ctx_bits, dev_bits
+from .mmu import MmuCommand, MmuOp
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
            "ImemWrite", "SignalMessage", "Coprocessor"]
@@ -92,11 +92,11 @@ class ImemWrite(data.StructLayout):
 class SignalMessage(data.StructLayout):
     """A ``SIGNAL``: destination device and semaphore index."""
     def __init__(self, arch):
-        super().__init__({"dev": _dev_bits(arch), "sem": 8})
+        super().__init__({"dev": dev_bits(arch), "sem": 8})
 
 
-def _chan_bits(channels):
-    return max(1, bits_for(channels - 1))
+def chan_bits(channels):
+    return chan_bits(channels)
 
 
 class Coprocessor(wiring.Component):
@@ -241,11 +241,11 @@ class Coprocessor(wiring.Component):
             "dma_flush": Out(1),
             "dma_fault": In(stream.Signature(DmaFault(arch, C))),
             "beat_valid": In(1),
-            "beat_chan": In(_chan_bits(C)),
+            "beat_chan": In(chan_bits(C)),
             "beat_be": In(data_width // 8),
             "mmu_cmd": Out(stream.Signature(MmuCommand(arch))),
             "mmu_idle": In(1),
-            "commit_ctx": Out(_ctx_bits(arch)),
+            "commit_ctx": Out(ctx_bits(arch)),
             "commit_bytes": In(cw),
             "sig": Out(stream.Signature(SignalMessage(arch))),
             "sig_in": In(stream.Signature(8)),

@@ -31,7 +31,8 @@ from .dma import DMA
 from .hostport import ADDR_WIDTH, AxiLiteSignature, HostPort
 from .interconnect import NetAck, NetKind, NetRequest
 from .isa import ArchParams
-from .memory import BankedMemory, check_bus_width
+from .lib import check_bus_width
+from .memory import BankedMemory
 from .mmu import MMU
 
 __all__ = ["Device"]

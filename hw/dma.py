@@ -61,8 +61,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .isa import ArchParams
-from .memory import ReadPortSignature, check_bus_width, resolve_channels
-from .mmu import TranslateCause, translate_request, translate_response, _ctx_bits, _dev_bits
+from .lib import chan_bits, check_bus_width, ctx_bits, dev_bits, resolve_channels
+from .memory import ReadPortSignature
+from .mmu import TranslateCause, translate_request, translate_response
 
 __all__ = ["CopyDescriptor", "DmaWrite", "ChannelStatus", "DmaFault", "DMA"]
 
@@ -77,8 +78,8 @@ class CopyDescriptor(data.StructLayout):
     """
     def __init__(self, arch, channels):
         super().__init__({
-            "chan": max(1, bits_for(channels - 1)),
-            "ctx": _ctx_bits(arch),
+            "chan": chan_bits(channels),
+            "ctx": ctx_bits(arch),
             "tag": 16,
             "src": arch.addr_bits,
             "dst": arch.addr_bits,
@@ -95,11 +96,11 @@ class DmaWrite(data.StructLayout):
     def __init__(self, arch, data_width, channels):
         word_bits = exact_log2(data_width // 8)
         super().__init__({
-            "dev": _dev_bits(arch),
+            "dev": dev_bits(arch),
             "addr": max(1, ceil_log2(arch.mem_bytes) - word_bits),
             "data": data_width,
             "be": data_width // 8,
-            "chan": max(1, bits_for(channels - 1)),
+            "chan": chan_bits(channels),
         })
 
 
@@ -126,8 +127,8 @@ class DmaFault(data.StructLayout):
     """A fault record: channel, context, virtual address and cause."""
     def __init__(self, arch, channels):
         super().__init__({
-            "chan": max(1, bits_for(channels - 1)),
-            "ctx": _ctx_bits(arch),
+            "chan": chan_bits(channels),
+            "ctx": ctx_bits(arch),
             "va": arch.addr_bits,
             "cause": TranslateCause,
         })
@@ -231,7 +232,7 @@ class DMA(wiring.Component):
         self._xlat_tag_width = xlat_tag_width
         word_bits = exact_log2(data_width // 8)
         self._mem_addr_width = max(1, ceil_log2(arch.mem_bytes) - word_bits)
-        chan_w = max(1, bits_for(channels - 1))
+        chan_w = chan_bits(channels)
         super().__init__({
             "desc": In(stream.Signature(CopyDescriptor(arch, channels))),
             "xlat_req": Out(stream.Signature(translate_request(arch, xlat_tag_width))),
@@ -268,9 +269,9 @@ class DMA(wiring.Component):
         mem_bits = max(ceil_log2(arch.mem_bytes), p0_bits)
         ppn_w = mem_bits - p0_bits
         vpn_w = A - p0_bits
-        chan_w = max(1, bits_for(C - 1))
-        ctx_w = _ctx_bits(arch)
-        dev_w = _dev_bits(arch)
+        chan_w = chan_bits(C)
+        ctx_w = ctx_bits(arch)
+        dev_w = dev_bits(arch)
 
         chunk_layout = data.StructLayout({
             "chan": chan_w, "ctx": ctx_w, "src": A, "dst": A, "len": LW,

@@ -27,8 +27,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .isa import ArchParams
-from .memory import check_bus_width, resolve_channels
-from .mmu import _dev_bits
+from .lib import chan_bits, check_bus_width, dev_bits, resolve_channels
 
 __all__ = ["NetKind", "NetRequest", "NetAck", "Interconnect", "round_robin"]
 
@@ -50,10 +49,10 @@ class NetRequest(data.StructLayout):
     def __init__(self, arch, data_width, channels):
         word_bits = exact_log2(data_width // 8)
         super().__init__({
-            "dst": _dev_bits(arch),
-            "src": _dev_bits(arch),
+            "dst": dev_bits(arch),
+            "src": dev_bits(arch),
             "kind": NetKind,
-            "chan": max(1, bits_for(channels - 1)),
+            "chan": chan_bits(channels),
             "addr": max(1, ceil_log2(arch.mem_bytes) - word_bits),
             "data": data_width,
             "be": data_width // 8,
@@ -65,8 +64,8 @@ class NetAck(data.StructLayout):
     """An ack-network message: destination device (the write's source) and channel."""
     def __init__(self, arch, channels):
         super().__init__({
-            "dst": _dev_bits(arch),
-            "chan": max(1, bits_for(channels - 1)),
+            "dst": dev_bits(arch),
+            "chan": chan_bits(channels),
         })
 
 

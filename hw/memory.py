@@ -23,27 +23,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-__all__ = ["BUS_WIDTHS", "check_bus_width", "ReadPortSignature", "WriteRequest",
+__all__ = ["ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
 
-#: Data bus widths the memory system supports.
-BUS_WIDTHS = (32, 64, 128, 256)
-
-
-def check_bus_width(data_width):
-    """Raise ``ValueError`` quoting ``data_width`` unless it is one of :data:`BUS_WIDTHS`."""
-    if not isinstance(data_width, int) or isinstance(data_width, bool) or data_width not in BUS_WIDTHS:
-        raise ValueError(f"Bus width must be one of {', '.join(map(str, BUS_WIDTHS))}, "
-                         f"not {data_width!r}")
-
-
-def resolve_channels(arch, channels):
-    """``channels``, or ``arch.channels`` when None; ``ValueError`` quoting it unless in 1..16."""
-    if channels is None:
-        channels = arch.channels
-    if not isinstance(channels, int) or isinstance(channels, bool) or not 1 <= channels <= 16:
-        raise ValueError(f"Channel count must be an integer in 1..16, not {channels!r}")
-    return channels
+from .lib import check_bus_width
 
 
 class WriteRequest(data.StructLayout):

@@ -29,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .isa import ArchParams, Cause, Op
+from .lib import ctx_bits, dev_bits
 
 __all__ = ["TranslateCause", "MmuOp", "translate_request", "translate_response",
            "MmuCommand", "FaultRecord", "TlbEntry", "MMU"]
@@ -51,18 +52,10 @@ class MmuOp(enum.Enum, shape=4):
     COMMIT = int(Op.COMMIT)
 
 
-def _ctx_bits(arch):
-    return max(1, bits_for(arch.contexts - 1))
-
-
-def _dev_bits(arch):
-    return max(1, bits_for(arch.devices - 1))
-
-
 def translate_request(arch, tag_width):
     """Layout of a translation request: ``ctx``, ``va``, ``write`` (0: read access), ``tag``."""
     return data.StructLayout({
-        "ctx": _ctx_bits(arch),
+        "ctx": ctx_bits(arch),
         "va": arch.addr_bits,
         "write": 1,
         "tag": tag_width,
@@ -75,7 +68,7 @@ def translate_response(arch, tag_width):
     ``pa`` and ``dev`` are meaningful only when ``cause`` is ``NONE``."""
     return data.StructLayout({
         "pa": arch.addr_bits,
-        "dev": _dev_bits(arch),
+        "dev": dev_bits(arch),
         "cause": TranslateCause,
         "tag": tag_width,
     })
@@ -92,11 +85,11 @@ class MmuCommand(data.StructLayout):
     def __init__(self, arch):
         super().__init__({
             "op": MmuOp,
-            "ctx": _ctx_bits(arch),
+            "ctx": ctx_bits(arch),
             "size": 2,
             "perm": 2,
             "staged": 1,
-            "dev": _dev_bits(arch),
+            "dev": dev_bits(arch),
             "va": arch.addr_bits,
             "pa": arch.addr_bits,
         })
@@ -106,7 +99,7 @@ class FaultRecord(data.StructLayout):
     """A translation fault: context, virtual address and cause."""
     def __init__(self, arch):
         super().__init__({
-            "ctx": _ctx_bits(arch),
+            "ctx": ctx_bits(arch),
             "va": arch.addr_bits,
             "cause": TranslateCause,
         })
@@ -119,10 +112,10 @@ class TlbEntry(data.StructLayout):
         super().__init__({
             "valid": 1,
             "staged": 1,
-            "ctx": _ctx_bits(arch),
+            "ctx": ctx_bits(arch),
             "size": 2,
             "perm": 2,
-            "dev": _dev_bits(arch),
+            "dev": dev_bits(arch),
             "vpn": pn,
             "ppn": pn,
         })
@@ -259,7 +252,7 @@ class MMU(wiring.Component):
         onehot = Signal(n)
         m.d.comb += onehot.eq(hits & (~hits + 1))
         sel_perm = Signal(2)
-        sel_dev = Signal(_dev_bits(arch))
+        sel_dev = Signal(dev_bits(arch))
         sel_ppn = Signal(pn)
         sel_size = Signal(2)
         sel = 0
@@ -270,7 +263,7 @@ class MMU(wiring.Component):
         s2_valid = Signal()
         s2_hit = Signal()
         s2_perm = Signal(2)
-        s2_dev = Signal(_dev_bits(arch))
+        s2_dev = Signal(dev_bits(arch))
         s2_ppn = Signal(pn)
         s2_size = Signal(2)
         s2_mask = Signal(pn)

@@ -18,7 +18,7 @@ from hw.isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Ca
                     encode, reserved_mask)
 from hw.system import System
 from tests.programs import systems
-from tests.sim import compare_with_golden, racy_copies, run_simulation
+from gen.simkit import compare_with_golden, racy_copies, run_simulation
 
 PG = 256
 ARCH = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),

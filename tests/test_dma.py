@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hw.isa import ArchParams, ISA_VERSION, Op, encode
 from hw.dma import DMA
 from hw.mmu import TranslateCause
-from tests.sim import (DmaHarness, MemoryModel, TlbModel, mmu_command, run_simulation,
+from gen.simkit import (DmaHarness, MemoryModel, TlbModel, mmu_command, run_simulation,
                        stream_get, stream_put)
 
 ARCH = ArchParams(devices=2, mem_bytes=1 << 16, page_sizes=(1024, 4096, 16384, 65536),

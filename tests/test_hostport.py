@@ -16,7 +16,7 @@ from hw.coprocessor import Coprocessor
 from hw.hostport import ADDR_WIDTH, MAGIC, REGISTERS, HostPort, regmap_markdown, register
 from hw.isa import ISA_VERSION, ArchParams, Cause, Status
 from hw.system import System
-from tests.sim import run_simulation
+from gen.simkit import run_simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = 256

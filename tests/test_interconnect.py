@@ -13,7 +13,7 @@ import pytest
 
 from hw.interconnect import Interconnect, NetKind
 from hw.isa import ArchParams
-from tests.sim import run_simulation
+from gen.simkit import run_simulation
 
 ARCH = ArchParams(devices=3, mem_bytes=4096, page_sizes=(256, 512, 1024, 2048), tlb_entries=4,
                   contexts=2, channels=4, semaphores=2, imem_words=16, addr_bits=13)

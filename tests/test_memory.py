@@ -6,7 +6,7 @@ import random
 import pytest
 
 from hw.memory import BankedMemory
-from tests.sim import run_simulation
+from gen.simkit import run_simulation
 
 
 def test_constructor_errors():

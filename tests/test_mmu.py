@@ -7,7 +7,7 @@ import pytest
 
 from hw.isa import ArchParams, Op, encode, ISA_VERSION
 from hw.mmu import MMU, TranslateCause
-from tests.sim import (TlbModel, mmu_command, rtl_tlb, run_simulation, stream_get,
+from gen.simkit import (TlbModel, mmu_command, rtl_tlb, run_simulation, stream_get,
                        stream_put)
 
 ARCH = ArchParams(devices=2, mem_bytes=1 << 16, page_sizes=(1024, 4096, 16384, 65536),

@@ -15,7 +15,7 @@ from gen.asm import assemble
 from hw.device import Device
 from hw.isa import ArchParams
 from hw.system import System
-from tests.sim import compare_with_golden
+from gen.simkit import compare_with_golden
 
 PG = 256
 ARCH = ArchParams(devices=2, mem_bytes=32 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),

@@ -2,7 +2,7 @@
 out-of-context ECP5 synthesis + place & route (YoWASP yosys / nextpnr).
 
 ``run_block_benchmarks(fpga=True) -> dict`` returns the measured figures;
-``python tests/bench/bench_blocks.py [--no-fpga]`` prints them as JSON.
+``python -m gen.bench_blocks [--no-fpga]`` prints them as JSON.
 
 Throughput figures (``dma_*_bpc``) are write beats per cycle on a 32-bit bus,
 one channel, DMA + MMU + BankedMemory, no stalls, measured from the first to
@@ -27,17 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from amaranth.back import verilog
+from amaranth.sim import Simulator
 
-from amaranth.back import verilog  # noqa: E402
-from amaranth.sim import Simulator  # noqa: E402
-
-from hw.dma import DMA  # noqa: E402
-from hw.isa import ArchParams  # noqa: E402
-from hw.mmu import MMU  # noqa: E402
-from tests.sim import DmaHarness, mmu_command  # noqa: E402
+from hw.dma import DMA
+from hw.isa import ArchParams
+from hw.mmu import MMU
+from gen.simkit import DmaHarness, mmu_command
 
 BENCH_ARCH = ArchParams(devices=2, mem_bytes=1 << 16, tlb_entries=16, contexts=4, channels=4,
                         addr_bits=32)
@@ -240,7 +236,7 @@ def ecp5_implement(component, name, workdir, *, freq=100):
 
 def fpga_benchmarks(workdir=None):
     res = {}
-    workdir = Path(workdir or ROOT / "build" / "fpga_blocks")
+    workdir = Path(workdir or Path(__file__).resolve().parent.parent / "build" / "fpga_blocks")
     t0 = time.perf_counter()
     dma = DMA(BENCH_ARCH, data_width=32, channels=4, outstanding=8, burst_len=16)
     d = ecp5_implement(dma, "dma", workdir / "dma")

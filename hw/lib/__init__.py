@@ -1,0 +1,17 @@
+"""Shared gateware building blocks, used by every block and copied by none.
+
+* :mod:`.widths`: index and counter widths, and the argument checks every
+  block shares (bus width, channel count);
+* :mod:`.arbiter`: :class:`RoundRobin`, the one round-robin arbiter;
+* :mod:`.queue`: :class:`Queue`, a typed FIFO with stream ports;
+* :mod:`.pages`: the page-size decoder (a 2-bit size code to bytes or masks).
+"""
+from .widths import (BUS_WIDTHS, check_bus_width, resolve_channels, index_bits, chan_bits,
+                     ctx_bits, dev_bits, sem_bits, counter_shape)
+from .arbiter import RoundRobin
+from .queue import Queue
+from .pages import page_select, page_bytes, page_offset_mask, PageSizeDecoder
+
+__all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
+           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "Queue",
+           "page_select", "page_bytes", "page_offset_mask", "PageSizeDecoder"]

@@ -1,0 +1,65 @@
+"""The round-robin arbiter."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RoundRobin"]
+
+
+class RoundRobin(wiring.Component):
+    """Round-robin arbiter: grants the first request after the last grant.
+
+    The grant is combinational from ``requests`` and the registered last
+    grant; the last grant moves to ``grant`` at a clock edge where ``advance``
+    is high. So a requester that was just served goes to the back of the
+    queue, and with ``n`` requesters none waits more than ``n - 1`` grants.
+    After reset the last grant is 0, so requester 1 has the highest priority.
+
+    Parameters
+    ----------
+    count : int
+        Number of requesters (at least 1).
+
+    Interface attributes
+    --------------------
+    requests : ``In(count)``
+        One bit per requester.
+    grant : ``Out(range(count))``
+        The requester granted this cycle (0 when none requests).
+    valid : ``Out(1)``
+        Some requester is asserted (``grant`` is meaningful).
+    advance : ``In(1)``
+        The grant was used: make it the last grant.
+    """
+
+    def __init__(self, count):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"Requester count must be a positive integer, not {count!r}")
+        self._count = count
+        super().__init__({
+            "requests": In(count),
+            "grant": Out(range(max(2, count))),
+            "valid": Out(1),
+            "advance": In(1),
+        })
+
+    count = property(lambda self: self._count, doc="Number of requesters.")
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._count
+        last = Signal(range(max(2, n)))
+        m.d.comb += self.valid.eq(self.requests.any())
+        # for each last grant, the requesters in priority order; the
+        # lowest-priority assignment comes first so the highest one wins
+        with m.Switch(last):
+            for l in range(n):
+                with m.Case(l):
+                    for c in reversed([(l + 1 + k) % n for k in range(n)]):
+                        with m.If(self.requests[c]):
+                            m.d.comb += self.grant.eq(c)
+        with m.If(self.advance & self.valid):
+            m.d.sync += last.eq(self.grant)
+        return m

@@ -1,0 +1,132 @@
+"""hw/lib: the shared arbiter, queue, page-size decoder and width helpers."""
+import random
+
+import pytest
+from amaranth.hdl import Shape
+from amaranth.lib import data
+
+from gen.simkit import run_simulation, stream_get, stream_put
+from hw.isa import ArchParams
+from hw.lib import (PageSizeDecoder, Queue, RoundRobin, chan_bits, counter_shape, ctx_bits,
+                    dev_bits, index_bits, page_bytes, page_offset_mask)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_round_robin_serves_every_requester_in_turn(count):
+    rr = RoundRobin(count)
+    rng = random.Random(count)
+    grants = []
+
+    async def tb(ctx):
+        # always-on requests: the grants cycle through every requester
+        ctx.set(rr.requests, (1 << count) - 1)
+        ctx.set(rr.advance, 1)
+        for _ in range(3 * count):
+            grants.append(ctx.get(rr.grant))
+            await ctx.tick()
+        # random requests: the grant is the first requester after the last grant
+        last = grants[-1]
+        for _ in range(200):
+            req = rng.randrange(1 << count)
+            adv = rng.random() < 0.7
+            ctx.set(rr.requests, req)
+            ctx.set(rr.advance, adv)
+            want = next(((last + 1 + k) % count for k in range(count)
+                         if req >> ((last + 1 + k) % count) & 1), 0)
+            assert ctx.get(rr.valid) == (req != 0)
+            assert ctx.get(rr.grant) == want, (req, last)
+            await ctx.tick()
+            if adv and req:
+                last = want
+
+    run_simulation(rr, [tb])
+    assert grants[:count] == [(1 + k) % count for k in range(count)]
+    # between two grants of the same requester every other requester was granted once
+    for i in range(len(grants) - count):
+        assert sorted(grants[i:i + count]) == list(range(count))
+
+
+def test_round_robin_rejects_bad_count():
+    with pytest.raises(ValueError, match=r"Requester count must be a positive integer, not 0"):
+        RoundRobin(0)
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_queue_keeps_order_under_back_pressure(depth, buffered):
+    layout = data.StructLayout({"a": 5, "b": 3})
+    q = Queue(layout, depth, buffered=buffered)
+    rng = random.Random(depth * 2 + buffered)
+    sent = [{"a": rng.randrange(32), "b": rng.randrange(8)} for _ in range(60)]
+    got = []
+    levels = []
+
+    async def producer(ctx):
+        for p in sent:
+            await stream_put(ctx, q.w, p, rng=rng, idle_prob=0.4)
+
+    async def consumer(ctx):
+        for _ in sent:
+            v = await stream_get(ctx, q.r, rng=rng, bp_prob=0.5)
+            got.append({"a": v.a, "b": v.b})
+            levels.append(ctx.get(q.level))
+
+    run_simulation(q, [producer, consumer])
+    assert got == sent
+    assert max(levels) <= depth
+
+
+def test_queue_rejects_bad_arguments():
+    with pytest.raises(ValueError, match=r"Queue depth must be a positive integer, not 0"):
+        Queue(8, 0)
+    with pytest.raises(ValueError, match=r"at least 1 bit wide"):
+        Queue(0, 4)
+
+
+def _run_comb(dut, tb):
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+def test_page_size_decoder_matches_the_arch():
+    arch = ArchParams()
+    dec = PageSizeDecoder(arch.page_sizes, arch.addr_bits)
+
+    async def tb(ctx):
+        for code, size in enumerate(arch.page_sizes):
+            ctx.set(dec.code, code)
+            assert ctx.get(dec.bytes) == size
+            assert ctx.get(dec.mask) == size - 1
+
+    _run_comb(dec, tb)
+    with pytest.raises(ValueError, match=r"Page sizes must be 4 powers of two, not \(1, 2, 3, 4\)"):
+        PageSizeDecoder((1, 2, 3, 4), 32)
+
+
+def test_page_helpers_in_page_units():
+    from amaranth.hdl import Module, Signal
+    arch = ArchParams()
+    p0 = arch.page_sizes[0]
+    m = Module()
+    code, nbytes, mask = Signal(2), Signal(32), Signal(20)
+    m.d.comb += [nbytes.eq(page_bytes(arch.page_sizes, code)),
+                 mask.eq(page_offset_mask(arch.page_sizes, code, unit=p0, width=20))]
+
+    async def tb(ctx):
+        for c, size in enumerate(arch.page_sizes):
+            ctx.set(code, c)
+            assert ctx.get(nbytes) == size
+            assert ctx.get(mask) == size // p0 - 1
+
+    _run_comb(m, tb)
+
+
+def test_width_helpers():
+    assert [index_bits(n) for n in (1, 2, 3, 4, 5, 16, 17)] == [1, 1, 2, 2, 3, 4, 5]
+    arch = ArchParams(devices=3, contexts=4, channels=9)
+    assert (ctx_bits(arch), dev_bits(arch), chan_bits(arch.channels)) == (2, 2, 4)
+    assert counter_shape(255) == Shape(8) and counter_shape(256) == Shape(9)
+    with pytest.raises(ValueError, match=r"Count must be a positive integer, not 0"):
+        index_bits(0)
