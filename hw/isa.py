@@ -86,6 +86,14 @@ PERM_R = 1
 PERM_W = 2
 
 
+def field_of(op: Op, name: str) -> Field:
+    """The field ``name`` of ``op``'s format (hardware widths derive from it)."""
+    for f in FORMATS[Op(op)]:
+        if f.name == name:
+            return f
+    raise KeyError(f"{Op(op).name} has no field {name!r}")
+
+
 class Status(enum.IntEnum):
     """Coprocessor status register."""
     IDLE = 0
