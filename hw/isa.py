@@ -3,7 +3,9 @@
 Every consumer derives from the tables here: the Amaranth decoder (``hw/``),
 the assembler and compiler (``gen/``) and the golden model (``model/``), so
 software and hardware cannot disagree about an instruction. docs/isa.md is
-the prose version of this file.
+generated from this file (``python -m gen isadoc``; a test fails when it is
+stale), so the prose about each instruction lives here too, beside its
+format.
 
 An instruction is one 256-bit little-endian word. Bits [7:0] are the opcode;
 each opcode has named fields at fixed bit positions; every bit not covered by
@@ -40,13 +42,14 @@ class Field:
     name: str
     lsb: int
     width: int
+    doc: str = field(default="", compare=False)
 
     @property
     def mask(self) -> int:
         return (1 << self.width) - 1
 
 
-# Field layout per opcode: (name, lsb, width). Keep in step with docs/isa.md.
+# Field layout per opcode: (name, lsb, width, note).
 FORMATS: dict[Op, tuple[Field, ...]] = {
     Op.VERSION: (Field("version", 8, 16),),
     Op.COPY: (
@@ -60,11 +63,11 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         Field("src_stride", 192, 32),
         Field("dst_stride", 224, 32),
     ),
-    Op.FENCE: (Field("mask", 8, 16),),
+    Op.FENCE: (Field("mask", 8, 16, "0 means every channel"),),
     Op.REMAP: (
         Field("ctx", 8, 4),
         Field("size", 12, 2),
-        Field("perm", 14, 2),
+        Field("perm", 14, 2, "bit 0 read, bit 1 write"),
         Field("staged", 16, 1),
         Field("dev", 24, 8),
         Field("va", 32, 48),
@@ -229,3 +232,118 @@ def decode(word: int) -> Decoded:
 
 def word_to_hex(word: int) -> str:
     return f"{word:0{WORD_BITS // 4}x}"
+
+
+# ---------------------------------------------------------------- prose
+# What each instruction does, in words (docs/isa.md is generated from these;
+# the golden model, model/golden.py, is the executable definition).
+
+OP_DOCS: dict[Op, str] = {
+    Op.VERSION: """\
+Must be the first instruction of every program. If `version` is not the
+hardware's ISA version (register `ISA_VERSION`), the program stops with
+`ILLEGAL`/`VERSION_MISMATCH`. A program whose first word is not `VERSION`
+stops with `ILLEGAL`/`VERSION_MISMATCH` too.""",
+    Op.COPY: """\
+Issues a 2-D copy on channel `chan`, translated in context `ctx` of the local
+MMU: for row i in 0..rows-1, `row_bytes` bytes from virtual
+`src + i*src_stride` to virtual `dst + i*dst_stride`. The byte stream is row
+by row, ascending. Each byte's source address is translated (needs read
+permission and must map to the local device, else `REMOTE_READ`) and its
+destination address is translated (needs write permission; the entry's `dev`
+names the device written, which may be remote). The copy stops at the first
+byte whose source or destination cannot be translated (the source is checked
+first): every byte before it is written, no byte from it on; a fault record
+(device, channel, context, virtual address, cause) is queued; the channel is
+then in error and discards its later descriptors. Because translation is per
+page, the faulting byte is always the first byte of the copy or the first
+byte of a page on the failing side. `rows == 0` or `row_bytes == 0` is a copy
+of nothing. Copies whose source and destination bytes overlap have
+unspecified results (the compiler never emits them). Copies on different
+channels may complete in any order; a later descriptor on a channel starts
+after the earlier ones on that channel. `tag` is reported back in the
+channel's status when the copy completes.""",
+    Op.FENCE: """\
+Waits until every earlier COPY on the channels in `mask` (0: all channels)
+has completed, its bytes visible at the destination device. If one of those
+channels faulted, the program stops with `FAULT` at the FENCE.""",
+    Op.REMAP: """\
+Sets the mapping of one page: virtual `[va, va+page)` of context `ctx` to
+physical `[pa, pa+page)` of device `dev`, with permissions `perm`. `va` and
+`pa` must be aligned to the page size (`ILLEGAL`/`MISALIGNED`),
+`dev < devices` (`BAD_DEVICE`), `ctx < contexts` (`BAD_CONTEXT`). With
+`staged=0` the mapping is immediate; before changing it the coprocessor waits
+for all outstanding copies (an implicit fence, without the fault check), so a
+copy is translated by the mapping that was current when it was issued. With
+`staged=1` the entry goes to the context's shadow table, invisible to
+translation until `COMMIT`.
+
+TLB placement (architectural, the golden model and RTL agree): an existing
+valid entry with the same (ctx, staged, size, va) is overwritten in place;
+otherwise the lowest-numbered invalid entry is used; otherwise the entry at
+the round-robin victim pointer is evicted and the pointer advances (mod
+`tlb_entries`). Translation of an address in context c uses the valid,
+non-staged entries of c that contain it; if several do, the lowest-numbered
+wins.""",
+    Op.INVAL: """\
+Invalidates the entry matching (ctx, staged, size, va), if any (implicit wait
+as for REMAP when `staged=0`).""",
+    Op.SIGNAL: """\
+Increments semaphore `sem` of device `dev` (may be the local device). It does
+not wait for earlier copies: put a FENCE before it.""",
+    Op.WAIT: """\
+Waits until the local semaphore `sem` is at least `count`, then subtracts
+`count`. If the whole system is quiescent (every device stopped, halted or
+waiting unsatisfied, nothing in flight), each waiting device stops with
+`ABORTED`/`DEADLOCK` at its WAIT.""",
+    Op.COMMIT: """\
+Atomically makes the context's shadow table its active table: its active
+entries are invalidated and its staged entries become active. It is illegal
+(`COMMIT_UNFENCED`) if a COPY was issued on any channel since the last FENCE
+covering that channel. If any copy faulted, the program stops with `FAULT` at
+the COMMIT and nothing is committed.""",
+    Op.HALT: """\
+Waits for all copies; stops with `HALTED`, or `FAULT` if a copy faulted.""",
+}
+
+STATUS_DOCS: dict[Status, str] = {
+    Status.IDLE: "not started since reset",
+    Status.RUNNING: "executing",
+    Status.HALTED: "reached HALT, every copy completed without fault",
+    Status.FAULT: "a copy faulted; stopped at the FENCE, COMMIT or HALT that observed it",
+    Status.ILLEGAL: "illegal instruction or illegal use; stopped at that instruction",
+    Status.ABORTED: "blocked in WAIT when the whole system went quiescent",
+}
+
+CAUSE_DOCS: dict[Cause, str] = {
+    Cause.NONE: "no fault",
+    Cause.NOT_MAPPED: "translation: no valid active entry contains the address",
+    Cause.NO_READ: "translation: the source page has no read permission",
+    Cause.NO_WRITE: "translation: the destination page has no write permission",
+    Cause.REMOTE_READ: "translation: the source page maps to another device",
+    Cause.OUT_OF_RANGE: "translation: the physical address is at or beyond `mem_bytes`",
+    Cause.BAD_OPCODE: "unknown opcode, or the all-zero word",
+    Cause.RESERVED_BITS: "a bit outside the opcode's fields is set",
+    Cause.BAD_CHANNEL: "`chan` >= `channels`",
+    Cause.BAD_CONTEXT: "`ctx` >= `contexts`",
+    Cause.MISALIGNED: "`va` or `pa` not aligned to the page size",
+    Cause.VERSION_MISMATCH: "first instruction not VERSION, or another ISA version",
+    Cause.COMMIT_UNFENCED: "COMMIT after a COPY that no FENCE covered",
+    Cause.BAD_DEVICE: "`dev` >= `devices`",
+    Cause.BAD_SEMAPHORE: "`sem` >= `semaphores`",
+    Cause.ADDRESS_WIDTH: "a `src`, `dst`, `va` or `pa` bit set at or above `addr_bits`",
+    Cause.PC_OVERFLOW: "the program ran past the last instruction word",
+    Cause.DEADLOCK: "WAIT aborted: the whole system went quiescent",
+}
+
+ARCH_DOCS: dict[str, str] = {
+    "devices": "devices on the interconnect",
+    "mem_bytes": "bytes of physical memory per device, byte addressed, little-endian",
+    "page_sizes": "the four page sizes a `size` field (2 bits) selects, ascending powers of two",
+    "tlb_entries": "MMU entries per device (software-managed: there is no page walker, a miss is a fault)",
+    "contexts": "MMU address spaces",
+    "channels": "DMA channels per device",
+    "semaphores": "counting semaphores per device, incremented by `SIGNAL`s from any device",
+    "imem_words": "instruction-memory words per device; a program starts at word 0",
+    "addr_bits": f"implemented virtual and physical address bits (at most the {VA_BITS} of the word)",
+}
