@@ -95,10 +95,6 @@ class SignalMessage(data.StructLayout):
         super().__init__({"dev": dev_bits(arch), "sem": 8})
 
 
-def chan_bits(channels):
-    return chan_bits(channels)
-
-
 class Coprocessor(wiring.Component):
     """Fetches, decodes and executes a reshard program (ISA v1).
 
