@@ -54,12 +54,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
-from .dma import ChannelStatus, CopyDescriptor, DmaFault
-from .interconnect import round_robin
-from .isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status,
+from ..dma import ChannelStatus, CopyDescriptor, DmaFault
+from ..interconnect import round_robin
+from ..isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status,
                   reserved_mask)
-from .lib import chan_bits, check_bus_width, ctx_bits, dev_bits
-from .mmu import MmuCommand, MmuOp
+from ..lib import chan_bits, check_bus_width, ctx_bits, dev_bits
+from ..mmu import MmuCommand, MmuOp
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
            "ImemWrite", "SignalMessage", "Coprocessor"]
