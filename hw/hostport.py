@@ -9,11 +9,23 @@ explicit response (``SLVERR`` for a write to a read-only or unmapped
 register, or an instruction-memory write while the program runs).
 
 The register map is the table :data:`REGISTERS` (``Register`` / ``Field``
-records); the read multiplexer and write decoder are generated from it, and
-so is ``docs/regmap.md`` (:func:`regmap_markdown`, ``python -m gen regmap``),
-so the documentation cannot drift from the hardware. All registers are 32
-bits wide, at word-aligned byte offsets; 64-bit counters are two registers
-(``_LO`` first).
+records); the read multiplexer and the write decoder are generated from it
+(every readable field has a source, every writable field a target, matched
+by ``"REGISTER.field"``), and so is ``docs/regmap.md``
+(:func:`regmap_markdown`, ``python -m gen regmap``), so the documentation
+cannot drift from the hardware. Host software uses the same table:
+``register(name).offset``, ``field(reg, name)``, ``decode(reg, value)`` and
+``encode(reg, **fields)``. All registers are 32 bits wide, at word-aligned
+byte offsets; 64-bit counters are two registers (``_LO`` first).
+
+Byte strobes are honoured: a write changes only the enabled bytes of a
+held register (``IMEM_ADDR``, ``IMEM_DATA*``, ``MEM_ADDR``, ``MEM_WDATA*``,
+``TLB_INDEX``); the memory window's stores carry the enabled bytes to the
+memory as byte enables; a write with an effect acts only when it enables a
+byte of its field. Internal streams keep the ``lib.stream`` contract: a
+store or load through the memory window, or an instruction word, is offered
+with ``valid`` held (and its payload stable) until ``ready``, and the write
+response waits for it.
 
 Loading a program: write ``IMEM_ADDR`` (word index), then ``IMEM_DATA0`` ..
 ``IMEM_DATA7`` (the 256-bit word, least significant 32 bits first); the write
@@ -25,21 +37,22 @@ a write to ``FAULT_POP`` removes it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from .coprocessor import CauseCode, ImemWrite, StatusCode, Coprocessor
-from .dma import DmaFault
 from amaranth.utils import ceil_log2, exact_log2
 
+from .coprocessor import CauseCode, Coprocessor, ImemWrite, StatusCode
+from .dma import DmaFault
 from .isa import ISA_VERSION, WORD_BITS, Cause, Status
 from .memory import ReadPortSignature, WriteRequest
 from .mmu import TlbEntry
 
 __all__ = ["AxiLiteSignature", "Field", "Register", "REGISTERS", "ADDR_WIDTH", "MAGIC",
-           "HostPort", "regmap_markdown", "register"]
+           "HostPort", "regmap_markdown", "register", "field", "decode", "encode", "OKAY",
+           "SLVERR"]
 
 #: Byte address width of the host port.
 ADDR_WIDTH = 12
@@ -82,6 +95,31 @@ class Field:
     width: int
     doc: str = ""
 
+    @property
+    def msb(self) -> int:
+        """The field's most significant bit."""
+        return self.lsb + self.width - 1
+
+    @property
+    def mask(self) -> int:
+        """The field's bits within the 32-bit register."""
+        return ((1 << self.width) - 1) << self.lsb
+
+    @property
+    def byte_lanes(self) -> range:
+        """The byte lanes (WSTRB bits) the field occupies."""
+        return range(self.lsb // 8, self.msb // 8 + 1)
+
+    def extract(self, value: int) -> int:
+        """The field's value within the register value ``value``."""
+        return (int(value) >> self.lsb) & ((1 << self.width) - 1)
+
+    def insert(self, value: int) -> int:
+        """``value`` placed at the field's position (``ValueError`` if it does not fit)."""
+        if not isinstance(value, int) or not 0 <= value < 1 << self.width:
+            raise ValueError(f"Field {self.name!r} holds {self.width} bits, not {value!r}")
+        return value << self.lsb
+
 
 @dataclass(frozen=True)
 class Register:
@@ -91,6 +129,28 @@ class Register:
     access: str
     doc: str
     fields: tuple[Field, ...] = ()
+
+    @property
+    def writable(self) -> bool:
+        return self.access != "RO"
+
+    def field(self, name: str) -> Field:
+        """The field called ``name`` (``KeyError`` quoting it if there is none)."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}")
+
+    def decode(self, value: int) -> dict[str, int]:
+        """``{field name: value}`` of a 32-bit value read from this register."""
+        return {f.name: f.extract(value) for f in self.fields}
+
+    def encode(self, **fields: int) -> int:
+        """The 32-bit value with the given fields set (the others zero)."""
+        out = 0
+        for name, v in fields.items():
+            out |= self.field(name).insert(v)
+        return out
 
 
 def _regs():
@@ -120,15 +180,18 @@ def _regs():
                   Field("valid", 31, 1, "a record is present"))),
         Register("FAULT_VA", 0x020, "RO", "Virtual address of the oldest fault record "
                  "(bits 31:0).", (Field("va", 0, 32),)),
-        Register("FAULT_POP", 0x024, "WO", "Write any value: remove the oldest fault record."),
+        Register("FAULT_POP", 0x024, "WO", "Write any value: remove the oldest fault record.",
+                 (Field("pop", 0, 32, "any value"),)),
         Register("FAULT_VA_HI", 0x028, "RO", "Virtual address of the oldest fault record "
                  "(bits 47:32).", (Field("va", 0, 16),)),
     ]
     for i in range(8):
         out.append(Register(f"IMEM_DATA{i}", 0x040 + 4 * i, "WO",
-                            f"Instruction word bits {32 * i + 31}:{32 * i}"
+                            f"Instruction word bits {32 * i + 31}:{32 * i} (held: a byte write "
+                            "changes one byte)"
                             + ("; writing it stores the word at IMEM_ADDR (SLVERR while "
-                               "running)" if i == 7 else "") + "."))
+                               "running)" if i == 7 else "") + ".",
+                            (Field("bits", 0, 32),)))
     params = [("P_DEVICES", "devices"), ("P_MEM_BYTES", "mem_bytes"),
               ("P_PAGE_SIZE0", "page_sizes[0]"), ("P_PAGE_SIZE1", "page_sizes[1]"),
               ("P_PAGE_SIZE2", "page_sizes[2]"), ("P_PAGE_SIZE3", "page_sizes[3]"),
@@ -160,12 +223,13 @@ def _regs():
                         (Field("addr", 0, 32),)))
     out.append(Register("MEM_READ", 0x204, "WO", "Write any value: load the word at MEM_ADDR into "
                         "MEM_RDATA0.. and increment MEM_ADDR (the write response comes once the "
-                        "word is there)."))
+                        "word is there).", (Field("load", 0, 32, "any value"),)))
     for i in range(MAX_MEM_LANES):
         out.append(Register(f"MEM_WDATA{i}", 0x210 + 4 * i, "WO",
                             f"Data-memory word bits {32 * i + 31}:{32 * i}; writing the lane of the "
-                            "bus's top 32 bits stores the word at MEM_ADDR (all bytes) and "
-                            "increments MEM_ADDR."))
+                            "bus's top 32 bits stores, at MEM_ADDR, the bytes written to the lanes "
+                            "since the last store (byte enables from WSTRB), and increments "
+                            "MEM_ADDR.", (Field("bits", 0, 32),)))
     for i in range(MAX_MEM_LANES):
         out.append(Register(f"MEM_RDATA{i}", 0x230 + 4 * i, "RO",
                             f"Bits {32 * i + 31}:{32 * i} of the word MEM_READ loaded.",
@@ -187,12 +251,30 @@ def _regs():
 REGISTERS: tuple[Register, ...] = _regs()
 
 
+_BY_NAME = {r.name: r for r in REGISTERS}
+
+
 def register(name: str) -> Register:
-    """The register called ``name``."""
-    for r in REGISTERS:
-        if r.name == name:
-            return r
-    raise KeyError(f"no register {name!r}")
+    """The register called ``name`` (``KeyError`` quoting it if there is none)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no register {name!r}") from None
+
+
+def field(reg: str, name: str) -> Field:
+    """The field ``name`` of register ``reg``: ``field("STATUS", "cause").lsb``."""
+    return register(reg).field(name)
+
+
+def decode(reg: str, value: int) -> dict[str, int]:
+    """``{field: value}`` of a 32-bit value read from register ``reg``."""
+    return register(reg).decode(value)
+
+
+def encode(reg: str, **fields: int) -> int:
+    """The 32-bit value of register ``reg`` with the given fields (the others zero)."""
+    return register(reg).encode(**fields)
 
 
 def regmap_markdown() -> str:
@@ -206,6 +288,12 @@ def regmap_markdown() -> str:
         f"AXI4-Lite slave, 32-bit data, {ADDR_WIDTH}-bit byte addresses. Reads of unmapped "
         "addresses and writes to read-only or unmapped ones answer `SLVERR` (reads return 0); "
         "reads of write-only registers return 0.",
+        "",
+        "Byte strobes (`WSTRB`) are honoured: a write changes only the enabled bytes of a "
+        "register (and of the memory window: the bytes of a `MEM_WDATA` store carry byte "
+        "enables to the memory). A write that does something (`CTRL`, `FAULT_POP`, `MEM_READ`, "
+        "`IMEM_DATA7`, the top `MEM_WDATA` lane) acts only when it enables at least one byte of "
+        "the field; a write with no byte enabled changes nothing and answers `OKAY`.",
         "",
         "| offset | name | access | description |",
         "|---|---|---|---|",
@@ -314,27 +402,40 @@ class HostPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        arch = self._arch
-        bus = self.bus
-        fr = self.fault_rd.p
-        imem_addr = Signal(16)
-        imem_data = [Signal(32, name=f"imem_data{i}") for i in range(7)]
-        mem_addr = Signal(32)
-        wlanes = [Signal(32, name=f"mem_wdata{i}") for i in range(self._data_width // 32 - 1)]
-        rbuf = Signal(self._data_width)
-        # MEM_READ: request the word, hold the write response until it is in rbuf
-        rd_pending = Signal()
-        m.d.comb += [self.mem_r.req.payload.eq(mem_addr), self.mem_r.rsp.ready.eq(1)]
+        h = self._held_state(m)
+        self._read_path(m, self._read_sources(h))
+        self._write_path(m, h)
+        return m
+
+    def _held_state(self, m):
+        """The registers behind the writable fields, and the memory window's read side."""
+        lanes = self._data_width // 32
+        h = SimpleNamespace(
+            imem_addr=Signal(16),
+            imem_data=[Signal(32, name=f"imem_data{i}") for i in range(WORD_BITS // 32)],
+            imem_offered=Signal(),        # an instruction word is offered, not yet taken
+            mem_addr=Signal(32),
+            wlanes=[Signal(32, name=f"mem_wdata{i}") for i in range(lanes - 1)],
+            wbe=[Signal(4, name=f"mem_wbe{i}") for i in range(lanes - 1)],
+            rbuf=Signal(self._data_width),
+            rd_pending=Signal(),          # MEM_READ: the word is requested, not yet in rbuf
+            running=Signal(),
+        )
+        m.d.comb += [self.mem_r.req.payload.eq(h.mem_addr), self.mem_r.rsp.ready.eq(1),
+                     self.mem_w.p.addr.eq(h.mem_addr), self.imem_w.p.addr.eq(h.imem_addr),
+                     h.running.eq(self.status == StatusCode.RUNNING)]
         with m.If(self.mem_r.rsp.valid):
-            m.d.sync += [rbuf.eq(self.mem_r.rsp.payload), rd_pending.eq(0)]
-        m.d.comb += [self.mem_w.p.addr.eq(mem_addr), self.mem_w.p.be.eq(Const((1 << (self._data_width // 8)) - 1, self._data_width // 8))]
-        running = Signal()
-        m.d.comb += running.eq(self.status == StatusCode.RUNNING)
+            m.d.sync += [h.rbuf.eq(self.mem_r.rsp.payload), h.rd_pending.eq(0)]
+        return h
+
+    def _read_sources(self, h):
+        """``{"REG.field": value}`` for every readable field."""
+        arch = self._arch
+        fr = self.fault_rd.p
 
         def lo_hi(v):
             v = Value.cast(v)
-            w = len(v)
-            return v[:32], (v[32:] if w > 32 else Const(0, 32))
+            return v[:32], (v[32:] if len(v) > 32 else Const(0, 32))
 
         params = {"P_DEVICES": arch.devices, "P_MEM_BYTES": arch.mem_bytes,
                   "P_TLB_ENTRIES": arch.tlb_entries, "P_CONTEXTS": arch.contexts,
@@ -348,13 +449,13 @@ class HostPort(wiring.Component):
             "STATUS.status": Value.cast(self.status), "STATUS.cause": Value.cast(self.cause),
             "STATUS.fault_overflow": self.fault_overflow, "STATUS.fault_valid": self.fault_rd.valid,
             "PC.pc": self.pc, "DEVICE.index": Const(self._device, 8),
-            "IMEM_ADDR.addr": imem_addr,
+            "IMEM_ADDR.addr": h.imem_addr,
             "FAULT_INFO.chan": fr.chan, "FAULT_INFO.ctx": fr.ctx,
             "FAULT_INFO.cause": Value.cast(fr.cause), "FAULT_INFO.valid": self.fault_rd.valid,
             "FAULT_VA.va": fr.va[:32],
             "FAULT_VA_HI.va": fr.va[32:] if len(fr.va) > 32 else Const(0, 16),
             "DESCRIPTORS.value": self.descriptors,
-            "MEM_ADDR.addr": mem_addr, "TLB_INDEX.index": self.tlb_index,
+            "MEM_ADDR.addr": h.mem_addr, "TLB_INDEX.index": self.tlb_index,
             "TLB_INFO.valid": self.tlb_entry.valid, "TLB_INFO.staged": self.tlb_entry.staged,
             "TLB_INFO.size": self.tlb_entry.size, "TLB_INFO.perm": self.tlb_entry.perm,
             "TLB_INFO.ctx": self.tlb_entry.ctx, "TLB_INFO.dev": self.tlb_entry.dev,
@@ -362,20 +463,19 @@ class HostPort(wiring.Component):
         }
         lanes = self._data_width // 32
         for i in range(MAX_MEM_LANES):
-            sources[f"MEM_RDATA{i}.value"] = rbuf[32 * i:32 * i + 32] if i < lanes else Const(0, 32)
+            sources[f"MEM_RDATA{i}.value"] = h.rbuf[32 * i:32 * i + 32] if i < lanes else Const(0, 32)
         for k, v in params.items():
             sources[f"{k}.value"] = Const(v & 0xFFFF_FFFF, 32)
         for name, sig in (("CYCLES", self.cycles), ("BYTES_REMAPPED", self.bytes_remapped)):
-            lo, hi = lo_hi(sig)
-            sources[f"{name}_LO.value"], sources[f"{name}_HI.value"] = lo, hi
+            sources[f"{name}_LO.value"], sources[f"{name}_HI.value"] = lo_hi(sig)
         for c in range(MAX_CHANNELS):
-            if c < arch.channels:
-                lo, hi = lo_hi(self.chan_bytes[c])
-            else:
-                lo = hi = Const(0, 32)
+            lo, hi = lo_hi(self.chan_bytes[c]) if c < arch.channels else (Const(0, 32),) * 2
             sources[f"CHAN{c}_BYTES_LO.value"], sources[f"CHAN{c}_BYTES_HI.value"] = lo, hi
+        return sources
 
-        # ---------------------------------------------------------------- read
+    def _read_path(self, m, sources):
+        """AR -> R: one read at a time, answered the cycle after AR; R held until RREADY."""
+        bus = self.bus
         rvalid = Signal()
         rdata = Signal(32)
         rresp = Signal(2)
@@ -392,65 +492,139 @@ class HostPort(wiring.Component):
                         if r.access != "WO":
                             m.d.sync += rdata.eq(_pack(r, sources))
 
-        # --------------------------------------------------------------- write
-        aw_held = Signal()
-        aw_addr = Signal(ADDR_WIDTH)
-        w_held = Signal()
-        w_data = Signal(32)
-        bvalid = Signal()
-        bresp = Signal(2)
+    def _write_path(self, m, h):
+        """AW and W, in either order, held until both are there; then the write is decoded
+        (generated from :data:`REGISTERS`: every writable field has a target) and answered
+        on B once every stream it drives has taken its transfer."""
+        bus = self.bus
+        aw_held, aw_addr = Signal(), Signal(ADDR_WIDTH)
+        w_held, w_data, w_strb = Signal(), Signal(32), Signal(4)
+        bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
-                     bus.bvalid.eq(bvalid & ~rd_pending), bus.bresp.eq(bresp)]
+                     bus.bvalid.eq(bvalid & ~h.rd_pending), bus.bresp.eq(bresp)]
         with m.If(bus.awvalid & ~aw_held):
             m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr)]
         with m.If(bus.wvalid & ~w_held):
-            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata)]
+            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bvalid.eq(0)
-        do = Signal()
-        m.d.comb += do.eq(aw_held & w_held & ~bvalid)
-        m.d.comb += [self.imem_w.p.addr.eq(imem_addr),
-                     self.imem_w.p.data.eq(Cat(*imem_data, w_data))]
-        with m.If(do):
-            m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1), bresp.eq(SLVERR)]
+
+        w = _WriteBeat(w_data, w_strb)
+        targets = self._write_targets(m, h, w)
+        with m.If(aw_held & w_held & ~bvalid):
             with m.Switch(aw_addr[2:]):
                 for r in REGISTERS:
-                    if r.access == "RO":
-                        continue
-                    with m.Case(r.offset >> 2):
-                        m.d.sync += bresp.eq(OKAY)
-                        if r.name == "CTRL":
-                            m.d.comb += self.start.eq(w_data[0])
-                        elif r.name == "IMEM_ADDR":
-                            m.d.sync += imem_addr.eq(w_data[:16])
-                        elif r.name == "FAULT_POP":
-                            m.d.comb += self.fault_rd.ready.eq(1)
-                        elif r.name == "MEM_ADDR":
-                            m.d.sync += mem_addr.eq(w_data)
-                        elif r.name == "TLB_INDEX":
-                            m.d.sync += self.tlb_index.eq(w_data)
-                        elif r.name == "MEM_READ":
-                            m.d.comb += self.mem_r.req.valid.eq(1)
-                            m.d.sync += [rd_pending.eq(1), mem_addr.eq(mem_addr + 1)]
-                        elif r.name.startswith("MEM_WDATA"):
-                            i = int(r.name[len("MEM_WDATA"):])
-                            top = self._data_width // 32 - 1
-                            if i < top:
-                                m.d.sync += wlanes[i].eq(w_data)
-                            elif i == top:
-                                m.d.comb += [self.mem_w.valid.eq(1),
-                                             self.mem_w.p.data.eq(Cat(*wlanes, w_data))]
-                                m.d.sync += mem_addr.eq(mem_addr + 1)
-                        elif r.name.startswith("IMEM_DATA"):
-                            i = int(r.name[-1])
-                            if i < 7:
-                                m.d.sync += imem_data[i].eq(w_data)
-                            else:
-                                with m.If(running | (imem_addr >= arch.imem_words)):
-                                    m.d.sync += bresp.eq(SLVERR)
-                                with m.Else():
-                                    m.d.comb += self.imem_w.valid.eq(1)
-                                    m.d.sync += imem_addr.eq(imem_addr + 1)
-                        else:  # pragma: no cover - every writable register is handled
-                            raise AssertionError(r.name)
-        return m
+                    if r.writable:
+                        with m.Case(r.offset >> 2):
+                            m.d.comb += w.ok.eq(1)
+                            for f in r.fields:
+                                targets[f"{r.name}.{f.name}"](f)
+            with m.If(~w.stall):
+                m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
+                             bresp.eq(Mux(w.ok, OKAY, SLVERR))]
+
+    def _write_targets(self, m, h, w):
+        """``{"REG.field": write(field)}`` for every writable field. A handler emits the
+        statements of a write to its field; one that drives a stream holds ``valid`` (and
+        sets ``w.stall``) until ``ready``, and only then moves its address on."""
+        arch = self._arch
+        mem_w, mem_r, imem_w = self.mem_w, self.mem_r, self.imem_w
+
+        def store(sig):
+            def write(f):
+                m.d.sync += sig.eq(w.merged(f, sig))
+            return write
+
+        def ignore(f):
+            pass
+
+        def start(f):
+            m.d.comb += self.start.eq((w.bits(f) & w.mask(f)).any())
+
+        def fault_pop(f):
+            m.d.comb += self.fault_rd.ready.eq(w.enabled(f))
+
+        def mem_read(f):
+            with m.If(w.enabled(f)):
+                m.d.comb += mem_r.req.valid.eq(1)
+                with m.If(mem_r.req.ready):
+                    m.d.sync += [h.rd_pending.eq(1), h.mem_addr.eq(h.mem_addr + 1)]
+                with m.Else():
+                    m.d.comb += w.stall.eq(1)
+
+        def mem_lane(i):
+            def write(f):
+                m.d.sync += [h.wlanes[i].eq(w.merged(f, h.wlanes[i])),
+                             h.wbe[i].eq(h.wbe[i] | w.strb)]
+            return write
+
+        def mem_store(f):
+            with m.If(w.enabled(f)):
+                m.d.comb += [mem_w.valid.eq(1), mem_w.p.data.eq(Cat(*h.wlanes, w.bits(f))),
+                             mem_w.p.be.eq(Cat(*h.wbe, w.strb))]
+                with m.If(mem_w.ready):
+                    m.d.sync += [h.mem_addr.eq(h.mem_addr + 1)] + [be.eq(0) for be in h.wbe]
+                with m.Else():
+                    m.d.comb += w.stall.eq(1)
+
+        def imem_store(f):
+            top = w.merged(f, h.imem_data[-1])
+            m.d.sync += h.imem_data[-1].eq(top)
+            with m.If(w.enabled(f)):
+                # refused while running, unless the word is already offered (valid stays up)
+                with m.If((h.running & ~h.imem_offered) | (h.imem_addr >= arch.imem_words)):
+                    m.d.comb += w.ok.eq(0)
+                with m.Else():
+                    m.d.comb += [imem_w.valid.eq(1), imem_w.p.data.eq(Cat(*h.imem_data[:-1], top))]
+                    with m.If(imem_w.ready):
+                        m.d.sync += [h.imem_addr.eq(h.imem_addr + 1), h.imem_offered.eq(0)]
+                    with m.Else():
+                        m.d.comb += w.stall.eq(1)
+                        m.d.sync += h.imem_offered.eq(1)
+
+        targets = {"CTRL.start": start, "IMEM_ADDR.addr": store(h.imem_addr),
+                   "FAULT_POP.pop": fault_pop, "MEM_ADDR.addr": store(h.mem_addr),
+                   "MEM_READ.load": mem_read, "TLB_INDEX.index": store(self.tlb_index)}
+        n_imem = len(h.imem_data)
+        for i in range(n_imem):
+            targets[f"IMEM_DATA{i}.bits"] = imem_store if i == n_imem - 1 else store(h.imem_data[i])
+        top = len(h.wlanes)
+        for i in range(MAX_MEM_LANES):
+            targets[f"MEM_WDATA{i}.bits"] = (mem_lane(i) if i < top else
+                                             mem_store if i == top else ignore)
+        wanted = {f"{r.name}.{f.name}" for r in REGISTERS if r.writable for f in r.fields}
+        bare = [r.name for r in REGISTERS if r.writable and not r.fields]
+        if set(targets) != wanted or bare:   # pragma: no cover - the table and the port disagree
+            raise AssertionError(f"writable fields without a target: {sorted(wanted - set(targets))}, "
+                                 f"targets without a field: {sorted(set(targets) - wanted)}, "
+                                 f"writable registers without fields: {bare}")
+        return targets
+
+
+class _WriteBeat:
+    """The write being decoded (data and byte strobes) and the decoder's answer:
+    ``ok`` (``OKAY`` rather than ``SLVERR``) and ``stall`` (not finished this cycle)."""
+
+    def __init__(self, data, strb):
+        self.data = data
+        self.strb = strb
+        self.bitmask = Cat(*(s.replicate(8) for s in strb))
+        self.ok = Signal()
+        self.stall = Signal()
+
+    def bits(self, f):
+        """The written data of field ``f``."""
+        return self.data[f.lsb:f.lsb + f.width]
+
+    def mask(self, f):
+        """The bits of field ``f`` whose byte is enabled."""
+        return self.bitmask[f.lsb:f.lsb + f.width]
+
+    def enabled(self, f):
+        """Some byte of field ``f`` is written."""
+        return self.strb[f.byte_lanes.start:f.byte_lanes.stop].any()
+
+    def merged(self, f, current):
+        """``current`` (the field's held value) with the written bytes replaced."""
+        current = Value.cast(current)
+        return (current & ~self.mask(f)) | (self.bits(f) & self.mask(f))
