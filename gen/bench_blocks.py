@@ -234,6 +234,46 @@ def ecp5_implement(component, name, workdir, *, freq=100):
     }
 
 
+def stage_components(top):
+    """The stage components a top composes: ``(name, component)`` for every
+    submodule that is a ``wiring.Component`` (in elaboration order)."""
+    from amaranth.hdl import Fragment
+    from amaranth.lib import wiring
+    out = []
+    for sub, name, *_ in Fragment.get(top, None).subfragments:
+        origin = sub.origins[0] if sub.origins else None
+        if isinstance(origin, wiring.Component):
+            out.append((name, origin))
+    return out
+
+
+def stage_breakdown(top, name, workdir):
+    """Out-of-context ECP5 figures of ``top`` and of each of its stage
+    components: a list of rows ``{block, stage, lut4, ff, fmax_mhz}``, the
+    whole block last. Stages are implemented alone, so their LUTs add up to
+    about the whole (the whole may share or optimise across boundaries)."""
+    workdir = Path(workdir)
+    rows = []
+    for stage, comp in stage_components(top):
+        d = ecp5_implement(comp, f"{name}_{stage}", workdir / stage)
+        rows.append({"block": name, "stage": stage, "lut4": d["lut4"], "ff": d["ff"],
+                     "fmax_mhz": d["fmax_mhz"]})
+    d = ecp5_implement(top, name, workdir / "whole")
+    rows.append({"block": name, "stage": "(whole)", "lut4": d["lut4"], "ff": d["ff"],
+                 "fmax_mhz": d["fmax_mhz"]})
+    return rows
+
+
+def stage_table(rows) -> str:
+    """``stage_breakdown`` rows as an aligned text table."""
+    head = f"{'block':<12} {'stage':<16} {'LUT4':>6} {'FF':>6} {'Fmax MHz':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fmax = f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "-"
+        lines.append(f"{r['block']:<12} {r['stage']:<16} {r['lut4']:>6} {r['ff']:>6} {fmax:>9}")
+    return "\n".join(lines)
+
+
 def fpga_benchmarks(workdir=None):
     res = {}
     workdir = Path(workdir or Path(__file__).resolve().parent.parent / "build" / "fpga_blocks")
