@@ -47,12 +47,13 @@ def read_memory(sim, ctx, mem) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).copy()
 
 
-async def axi_write(ctx, bus, addr, data):
-    """One AXI4-Lite write from a testbench (we are the master); returns BRESP."""
+async def axi_write(ctx, bus, addr, data, strb=0xF):
+    """One AXI4-Lite write from a testbench (we are the master); returns BRESP.
+    ``strb``: the byte strobes (WSTRB)."""
     ctx.set(bus.awaddr, addr)
     ctx.set(bus.awvalid, 1)
     ctx.set(bus.wdata, data)
-    ctx.set(bus.wstrb, 0xF)
+    ctx.set(bus.wstrb, strb)
     ctx.set(bus.wvalid, 1)
     ctx.set(bus.bready, 1)
     while True:
@@ -83,19 +84,21 @@ async def axi_read(ctx, bus, addr):
 
 
 async def read_fault_records(ctx, bus, device):
-    """Pop every fault record of one device through its host port."""
-    from hw.hostport import register
+    """Pop every fault record of one device through its host port (fields decoded
+    by ``hw.hostport.decode``, from the register table)."""
+    from hw.hostport import decode, register
     out = []
+
+    async def read(name):
+        return decode(name, (await axi_read(ctx, bus, register(name).offset))[0])
     while True:
-        status, _ = await axi_read(ctx, bus, register("STATUS").offset)
-        if not status >> 17 & 1:
+        if not (await read("STATUS"))["fault_valid"]:
             return out
-        info, _ = await axi_read(ctx, bus, register("FAULT_INFO").offset)
-        lo, _ = await axi_read(ctx, bus, register("FAULT_VA").offset)
-        hi, _ = await axi_read(ctx, bus, register("FAULT_VA_HI").offset)
+        info = await read("FAULT_INFO")
+        lo, hi = (await read("FAULT_VA"))["va"], (await read("FAULT_VA_HI"))["va"]
         await axi_write(ctx, bus, register("FAULT_POP").offset, 0)
-        out.append({"device": device, "channel": info & 0xF, "ctx": info >> 8 & 0xF,
-                    "va": hi << 32 | lo, "cause": Cause(info >> 16 & 0x3F).name})
+        out.append({"device": device, "channel": info["chan"], "ctx": info["ctx"],
+                    "va": hi << 32 | lo, "cause": Cause(info["cause"]).name})
 
 
 def _read_tlb(ctx, mmu, arch):

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gen.hexfile import read_hex_bytes
+from hw.hostport import decode
 from hw.isa import Cause, Status
 from model.errors import InputError
 
@@ -93,16 +94,17 @@ def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> dict:
         elif ln.startswith("FAULT "):
             d = int(ln.split()[1])
             kv = {k: int(v) for k, v in _KV.findall(ln)}
-            info = kv["info"]
-            faults.append({"device": d, "channel": info & 0xF, "ctx": (info >> 8) & 0xF,
-                           "va": kv["va"], "cause": Cause((info >> 16) & 0x3F).name})
+            info = decode("FAULT_INFO", kv["info"])       # hostport decoders
+            faults.append({"device": d, "channel": info["chan"], "ctx": info["ctx"],
+                           "va": kv.get("va_hi", 0) << 32 | kv["va"],
+                           "cause": Cause(info["cause"]).name})
         elif ln.startswith("TLB "):
             d = int(ln.split()[1])
             kv = {k: int(v) for k, v in _KV.findall(ln)}
-            info = kv["info"]
-            tlbs[d].append({"index": kv["index"], "ctx": (info >> 8) & 0xF, "staged": (info >> 1) & 1,
-                            "size": (info >> 2) & 3, "va": kv["vpn"] << p0_bits, "pa": kv["ppn"] << p0_bits,
-                            "dev": (info >> 16) & 0xFF, "perm": (info >> 4) & 3})
+            info = decode("TLB_INFO", kv["info"])         # hostport decoders
+            tlbs[d].append({"index": kv["index"], "ctx": info["ctx"], "staged": info["staged"],
+                            "size": info["size"], "va": kv["vpn"] << p0_bits, "pa": kv["ppn"] << p0_bits,
+                            "dev": info["dev"], "perm": info["perm"]})
     if tb_cycles is None:
         raise InputError("Verilator run printed no cycle count: " + " | ".join(lines[-3:]))
     mems = [np.frombuffer(read_hex_bytes(out_dir / f"dev{d}.mem.hex", bus_bits, arch.mem_bytes), np.uint8).copy()

@@ -20,13 +20,19 @@ follows the hardware's register map. Runs under Verilator (``--binary
 """
 from __future__ import annotations
 
-from hw.hostport import register
+from hw.hostport import field, register
 
 TB_MODULE = "tb"
 
 
 def _off(name: str) -> str:
     return f"12'h{register(name).offset:03x}"
+
+
+def _bits(reg: str, name: str) -> str:
+    """The Verilog part-select of field ``name`` of register ``reg``: ``[13:8]``."""
+    f = field(reg, name)
+    return f"[{f.lsb}]" if f.width == 1 else f"[{f.msb}:{f.lsb}]"
 
 
 def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_entries: int,
@@ -130,7 +136,9 @@ def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_e
     def readback(dv):
         a(f"    axi_read{dv}({_off('STATUS')}); k = rd;")
         a(f"    axi_read{dv}({_off('PC')});")
-        a(f'    $display("DEV {dv} status=%0d cause=%0d fault_overflow=%0d pc=%0d", k[2:0], k[13:8], k[16], rd[15:0]);')
+        a(f'    $display("DEV {dv} status=%0d cause=%0d fault_overflow=%0d pc=%0d", '
+          f'k{_bits("STATUS", "status")}, k{_bits("STATUS", "cause")}, '
+          f'k{_bits("STATUS", "fault_overflow")}, rd{_bits("PC", "pc")});')
         for name in ("DESCRIPTORS", "BYTES_REMAPPED_LO", "BYTES_REMAPPED_HI", "CYCLES_LO", "CYCLES_HI"):
             a(f"    axi_read{dv}({_off(name)});")
             a(f'    $display("DEV {dv} {name.lower()}=%0d", rd);')
@@ -138,17 +146,18 @@ def generate(devices: int, bus_bits: int, mem_bytes: int, imem_words: int, tlb_e
             a(f"    axi_read{dv}({_off(f'CHAN{c}_BYTES_LO')});")
             a(f'    $display("DEV {dv} chan{c}_bytes=%0d", rd);')
         a(f"    axi_read{dv}({_off('STATUS')});")
-        a("    while (rd[17]) begin")
+        a(f"    while (rd{_bits('STATUS', 'fault_valid')}) begin")
         a(f"      axi_read{dv}({_off('FAULT_INFO')}); k = rd;")
+        a(f"      axi_read{dv}({_off('FAULT_VA_HI')}); nz = rd;")
         a(f"      axi_read{dv}({_off('FAULT_VA')});")
-        a(f'      $display("FAULT {dv} info=%0d va=%0d", k, rd);')
+        a(f'      $display("FAULT {dv} info=%0d va=%0d va_hi=%0d", k, rd, nz);')
         a(f"      axi_write{dv}({_off('FAULT_POP')}, 1);")
         a(f"      axi_read{dv}({_off('STATUS')});")
         a("    end")
         a(f"    for (i = 0; i < {tlb_entries}; i = i + 1) begin")
         a(f"      axi_write{dv}({_off('TLB_INDEX')}, i);")
         a(f"      axi_read{dv}({_off('TLB_INFO')}); k = rd;")
-        a("      if (k[0]) begin")
+        a(f"      if (k{_bits('TLB_INFO', 'valid')}) begin")
         a(f"        axi_read{dv}({_off('TLB_VPN')}); nz = rd;")
         a(f"        axi_read{dv}({_off('TLB_PPN')});")
         a(f'        $display("TLB {dv} index=%0d info=%0d vpn=%0d ppn=%0d", i, k, nz, rd);')
