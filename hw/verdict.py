@@ -1,0 +1,114 @@
+"""The self-test's verdict line: ``PASS cycles=9426 crc=1c291ca3\\r\\n`` as bytes."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["VerdictLine"]
+
+_DIGITS = 10                  # a 32-bit count has at most 10 decimal digits
+
+
+def _literal(m, index, text, out):
+    """Drive ``out`` with ``text[index]`` (a byte ROM as a switch)."""
+    with m.Switch(index):
+        for i, ch in enumerate(text.encode()):
+            with m.Case(i):
+                m.d.comb += out.eq(ch)
+
+
+class VerdictLine(wiring.Component):
+    """Formats a verdict into ASCII: ``PASS`` or ``FAIL``, ``cycles=`` in
+    decimal (no leading zeros), ``crc=`` in 8 lower-case hex digits, CR LF.
+
+    Interface attributes
+    --------------------
+    start : ``In(1)``
+        Pulse: latch ``passed``, ``cycles`` and ``crc`` and send the line
+        (ignored while a line is being sent).
+    passed, cycles, crc : ``In(1)``, ``In(32)``, ``In(32)``
+    busy : ``Out(1)``
+        A line is being sent.
+    data : ``Out(stream.Signature(8))``
+        The line's bytes, for a UART.
+    """
+
+    def __init__(self):
+        super().__init__({"start": In(1), "passed": In(1), "cycles": In(32), "crc": In(32),
+                          "busy": Out(1), "data": Out(stream.Signature(8))})
+
+    def elaborate(self, platform):
+        m = Module()
+        passed = Signal()
+        rem = Signal(32)                       # cycles left to print, then CRC shifted out
+        crc = Signal(32)
+        idx = Signal(range(16))
+        digit = Signal(4)
+        power = Signal(range(_DIGITS))         # 10**power is being subtracted
+        seen = Signal()                        # a non-zero digit was printed
+        pow10 = Signal(32)
+        with m.Switch(power):
+            for k in range(_DIGITS):
+                with m.Case(k):
+                    m.d.comb += pow10.eq(10 ** k)
+        sent = self.data.valid & self.data.ready
+        with m.FSM(name="line") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [passed.eq(self.passed), rem.eq(self.cycles), crc.eq(self.crc),
+                                 idx.eq(0)]
+                    m.next = "WORD"
+            with m.State("WORD"):
+                word = Signal(8)
+                _literal(m, idx, "PASS", word)
+                with m.If(~passed):
+                    _literal(m, idx, "FAIL", word)
+                self._emit_text(m, word, idx, 4, "CYCLES_TEXT", sent)
+            with m.State("CYCLES_TEXT"):
+                ch = Signal(8)
+                _literal(m, idx, " cycles=", ch)
+                with m.If(sent & (idx == 7)):
+                    m.d.sync += [power.eq(_DIGITS - 1), digit.eq(0), seen.eq(0)]
+                self._emit_text(m, ch, idx, 8, "DECIMAL", sent)
+            with m.State("DECIMAL"):
+                # subtract the current power of ten while it fits; then the
+                # count of subtractions is the digit
+                with m.If(rem >= pow10):
+                    m.d.sync += [rem.eq(rem - pow10), digit.eq(digit + 1)]
+                with m.Else():
+                    show = seen | (digit != 0) | (power == 0)
+                    m.d.comb += [self.data.valid.eq(show), self.data.payload.eq(ord("0") + digit)]
+                    with m.If(~show | self.data.ready):
+                        m.d.sync += [digit.eq(0), seen.eq(show), power.eq(power - 1)]
+                        with m.If(power == 0):
+                            m.d.sync += idx.eq(0)
+                            m.next = "CRC_TEXT"
+            with m.State("CRC_TEXT"):
+                ch = Signal(8)
+                _literal(m, idx, " crc=", ch)
+                self._emit_text(m, ch, idx, 5, "HEX", sent)
+            with m.State("HEX"):
+                nib = crc[28:]
+                m.d.comb += [self.data.valid.eq(1),
+                             self.data.payload.eq(Mux(nib < 10, ord("0") + nib, ord("a") - 10 + nib))]
+                with m.If(sent):
+                    m.d.sync += [crc.eq(crc << 4), idx.eq(idx + 1)]
+                    with m.If(idx == 7):
+                        m.d.sync += idx.eq(0)
+                        m.next = "END"
+            with m.State("END"):
+                ch = Signal(8)
+                _literal(m, idx, "\r\n", ch)
+                self._emit_text(m, ch, idx, 2, "IDLE", sent)
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        return m
+
+    def _emit_text(self, m, ch, idx, length, then, sent):
+        """Send ``length`` bytes ``ch`` (indexed by ``idx``), then go to ``then``."""
+        m.d.comb += [self.data.valid.eq(1), self.data.payload.eq(ch)]
+        with m.If(sent):
+            m.d.sync += idx.eq(idx + 1)
+            with m.If(idx == length - 1):
+                m.d.sync += idx.eq(0)
+                m.next = then
