@@ -47,6 +47,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from .coprocessor import CauseCode, Coprocessor, ImemWrite, StatusCode
 from .dma import DmaFault
 from .isa import ISA_VERSION, WORD_BITS, Cause, Status
+from .lib import check_bus_width
 from .memory import ReadPortSignature, WriteRequest
 from .mmu import TlbEntry
 
@@ -351,7 +352,9 @@ class HostPort(wiring.Component):
     start : ``Out(1)``
         Pulsed by a write of ``CTRL.start``.
     imem_w : ``Out(stream.Signature(ImemWrite(imem_words)))``
-        Instruction-memory writes, to the coprocessor.
+        Instruction-memory writes, to the coprocessor; ``valid`` is held until
+        ``ready`` (a write of ``IMEM_DATA7`` while the program runs is refused
+        with ``SLVERR`` before it is offered).
     fault_rd : ``In(stream.Signature(DmaFault(...)))``
         The coprocessor's fault records; popped by ``FAULT_POP``.
     status, cause, pc, fault_overflow, cycles, descriptors, bytes_remapped : ``In``
@@ -359,9 +362,11 @@ class HostPort(wiring.Component):
     chan_bytes : ``In(counter_width).array(channels)``
         From the coprocessor.
     mem_w : ``Out(stream.Signature(WriteRequest))``
-        Data-memory window stores (a memory write port of the device).
+        Data-memory window stores (a memory write port of the device), with the
+        byte enables the host's strobes gave; ``valid`` is held until ``ready``.
     mem_r : ``Out(ReadPortSignature)``
-        Data-memory window loads (a memory read port of the device).
+        Data-memory window loads (a memory read port of the device); the request's
+        ``valid`` is held until ``ready``.
     tlb_index, tlb_entry : ``Out`` / ``In``
         To the MMU's TLB read-back port.
     """
@@ -369,6 +374,7 @@ class HostPort(wiring.Component):
     def __init__(self, coprocessor, *, data_width=64):
         if not isinstance(coprocessor, Coprocessor):
             raise TypeError(f"coprocessor must be a Coprocessor, not {coprocessor!r}")
+        check_bus_width(data_width)
         arch = coprocessor.arch
         if arch.channels > MAX_CHANNELS:
             raise ValueError(f"At most {MAX_CHANNELS} channels, not {arch.channels!r}")

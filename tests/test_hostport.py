@@ -38,6 +38,8 @@ def test_constructor_errors():
         HostPort("cop")
     c = Coprocessor(ARCH)
     assert HostPort(c, data_width=32).arch is ARCH
+    with pytest.raises(ValueError, match="Bus width must be one of 32, 64, 128, 256, not 48"):
+        HostPort(c, data_width=48)
 
 
 def test_register_table_is_consistent():
@@ -339,14 +341,7 @@ class MemoryModel:
         self.words[addr] = old
 
     def processes(self):
-        store_log = []
         p = self.port
-
-        async def writes(ctx):
-            n = 0
-            while True:
-                await stream_sink(p.mem_w, ("addr", "data", "be"), store_log, self.rng,
-                                  self.stall)(ctx)
 
         async def serve_writes(ctx):
             held = None
