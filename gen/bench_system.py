@@ -8,7 +8,6 @@ verified, and the simulator's speed. Measured on every run, never stored.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -22,20 +21,12 @@ TARGET_RATIO = 1.10
 
 
 def run_one(train: str, rollout: str, model: str = "tiny-qwen2", out: Path | None = None) -> dict:
-    """Compile and run one reshard on the RTL; the ``gen.cmd_run.summarize`` dict."""
-    from gen.artifacts import load_compiled, write_compiled
-    from gen.cmd_compile import add_source_arguments, build
-    from gen.cmd_run import summarize
+    """Compile and run one reshard on the RTL; the :func:`gen.api.summarize` dict."""
+    from gen.api import CompileOptions, compile_to, summarize
     from gen.sim_amaranth import run_amaranth
-    p = argparse.ArgumentParser()
-    add_source_arguments(p)
-    args = p.parse_args(["--model", model, "--train", train, "--rollout", rollout])
-    comp, source, report, memories, expected = build(args, progress=lambda s: None)
     out = out or Path(tempfile.mkdtemp(prefix="bench_system_")) / "prog"
-    write_compiled(out, comp, source, args.bus_bits, memories, expected, report)
-    loaded = load_compiled(out)
-    res = run_amaranth(loaded)
-    return summarize(loaded, res)
+    loaded = compile_to(CompileOptions(model=model, train=train, rollout=rollout), out)
+    return summarize(loaded, run_amaranth(loaded))
 
 
 def run_benchmarks() -> dict:

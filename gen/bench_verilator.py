@@ -18,16 +18,12 @@ from pathlib import Path
 
 
 def _compile(model: str, train: str, rollout: str, bus_bits: int, out: Path):
-    from gen.artifacts import load_compiled, write_compiled
-    from gen.cmd_compile import build, compile_args
-    args = compile_args(model=model, train=train, rollout=rollout, bus_bits=bus_bits)
-    comp, source, report, memories, expected = build(args, progress=lambda m: None)
-    write_compiled(out, comp, source, bus_bits, memories, expected, report)
-    return load_compiled(out)
+    from gen.api import CompileOptions, compile_to
+    return compile_to(CompileOptions(model=model, train=train, rollout=rollout, bus_bits=bus_bits), out)
 
 
 def run_benchmarks() -> dict:
-    from gen.cmd_run import execute, summarize
+    from gen.api import execute, summarize
     from model.models import load_model
     work = Path(tempfile.mkdtemp(prefix="reshard-bench-"))
     out: dict = {}
@@ -35,12 +31,12 @@ def run_benchmarks() -> dict:
     vl = execute(tiny, "verilator")      # builds (or reuses) the simulator first
     vl = execute(tiny, "verilator")      # timed run on the cached simulator
     am = execute(tiny, "amaranth")
-    out["tiny_cycles_verilator"] = vl["cycles"]
-    out["tiny_cycles_amaranth"] = am["cycles"]
-    out["tiny_cycles_equal"] = vl["cycles_per_device"] == am["cycles_per_device"]
-    out["verilator_sim_cycles_per_s"] = round(vl["sim_cycles_per_s"])
-    out["amaranth_sim_cycles_per_s"] = round(am["sim_cycles_per_s"])
-    out["verilator_speedup"] = round(vl["sim_cycles_per_s"] / am["sim_cycles_per_s"], 1)
+    out["tiny_cycles_verilator"] = vl.cycles
+    out["tiny_cycles_amaranth"] = am.cycles
+    out["tiny_cycles_equal"] = vl.cycles_per_device == am.cycles_per_device
+    out["verilator_sim_cycles_per_s"] = round(vl.sim_cycles_per_s)
+    out["amaranth_sim_cycles_per_s"] = round(am.sim_cycles_per_s)
+    out["verilator_speedup"] = round(vl.sim_cycles_per_s / am.sim_cycles_per_s, 1)
     out["verilator_speedup_target"] = 100
 
     t0 = time.perf_counter()
@@ -49,10 +45,10 @@ def run_benchmarks() -> dict:
     s = summarize(big, res)
     out["small_qwen2_parameters"] = load_model("small-qwen2").numel
     out["small_qwen2_verified"] = s["verified"]
-    out["small_qwen2_cycles"] = res["cycles"]
-    out["small_qwen2_lower_bound_cycles"] = res["lower_bound_cycles"]
-    out["small_qwen2_ratio"] = round(res["cycles"] / res["lower_bound_cycles"], 4)
+    out["small_qwen2_cycles"] = res.cycles
+    out["small_qwen2_lower_bound_cycles"] = res.lower_bound_cycles
+    out["small_qwen2_ratio"] = round(res.cycles / res.lower_bound_cycles, 4)
     out["small_qwen2_seconds"] = round(time.perf_counter() - t0, 1)
-    out["small_qwen2_build_cached"] = res["build_cached"]
+    out["small_qwen2_build_cached"] = res.build_cached
     out["small_qwen2_target_seconds"] = 300
     return out

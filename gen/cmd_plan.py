@@ -1,4 +1,7 @@
-"""``python -m gen plan``: transfer plans and their bytes, against verl's scheme."""
+"""``python -m gen plan``: transfer plans and their bytes, against verl's scheme.
+
+Parses into :class:`gen.api.PlanOptions` and calls :func:`gen.api.plan_reshard`.
+"""
 from __future__ import annotations
 
 import json
@@ -19,27 +22,14 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print one JSON object (with every transfer)")
 
 
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-
-
 def run(args) -> int:
-    from model.models import load_model
-    from model.plan import make_plan, SCHEMES
-    from model.specs import parse_dtype, parse_spec
-    from model.errors import InputError
-    if args.scheme not in SCHEMES:
-        raise InputError(f"unknown scheme {args.scheme!r}: use one of {', '.join(SCHEMES)}")
-    parse_dtype(args.dtype)
-    train = parse_spec(args.train, "train")
-    rollout = parse_spec(args.rollout, "rollout")
-    model = load_model(args.model)
+    from gen.api import PlanOptions, fmt_bytes, plan_reshard
+    from model.plan import make_plan
+    opts = PlanOptions(args.model, args.train, args.rollout, args.dtype, args.scheme)
     t0 = time.perf_counter()
-    plan = make_plan(model, train, rollout, args.dtype, args.scheme)
+    plan = plan_reshard(opts)
     elapsed = time.perf_counter() - t0
+    model, train, rollout = plan.model, plan.train, plan.rollout
     if args.json:
         out = plan.to_json()
         out["plan_seconds"] = round(elapsed, 3)

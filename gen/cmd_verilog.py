@@ -1,4 +1,7 @@
-"""``python -m gen verilog``: emit Verilog for every hardware top and lint it."""
+"""``python -m gen verilog``: emit Verilog for every hardware top and lint it.
+
+Parses into :class:`gen.verilog.VerilogOptions` and calls :func:`gen.verilog.emit_verilog`.
+"""
 from __future__ import annotations
 
 import json
@@ -10,12 +13,15 @@ ORDER = 50
 
 
 def add_arguments(p):
-    p.add_argument("--out", default="build/verilog", help="output directory (default build/verilog)")
-    p.add_argument("--devices", type=int, default=2, help="devices in the system top (default 2)")
-    p.add_argument("--bus-bits", type=int, default=64, help="data bus width: 32, 64, 128, 256 (default 64)")
-    p.add_argument("--channels", type=int, default=4, help="DMA channels (default 4)")
-    p.add_argument("--tlb-entries", type=int, default=16, help="TLB entries (default 16)")
-    p.add_argument("--mem-bytes", type=int, default=1 << 16, help="device memory bytes (default 65536)")
+    from gen.verilog import VerilogOptions
+    d = VerilogOptions()
+    p.add_argument("--out", default=str(d.out), help=f"output directory (default {d.out})")
+    p.add_argument("--devices", type=int, default=d.devices, help=f"devices in the system top (default {d.devices})")
+    p.add_argument("--bus-bits", type=int, default=d.bus_bits,
+                   help=f"data bus width: 32, 64, 128, 256 (default {d.bus_bits})")
+    p.add_argument("--channels", type=int, default=d.channels, help=f"DMA channels (default {d.channels})")
+    p.add_argument("--tlb-entries", type=int, default=d.tlb_entries, help=f"TLB entries (default {d.tlb_entries})")
+    p.add_argument("--mem-bytes", type=int, default=d.mem_bytes, help=f"device memory bytes (default {d.mem_bytes})")
     p.add_argument("--for", dest="for_dir", default=None,
                    help="take the architecture from a compiled program directory (its manifest.json), so "
                         "the system and testbench fit that program")
@@ -25,23 +31,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from gen.verilog import EmitParams, emit_all
-    from hw.isa import ArchParams
-    from model.errors import InputError
-    if args.bus_bits not in (32, 64, 128, 256):
-        raise InputError(f"--bus-bits must be one of 32, 64, 128, 256, not {args.bus_bits}")
-    if args.for_dir:
-        from gen.artifacts import load_compiled
-        loaded = load_compiled(args.for_dir)
-        arch, args.bus_bits = loaded.arch, loaded.manifest["bus_bits"]
-    else:
-        try:
-            arch = ArchParams(devices=args.devices, channels=args.channels, tlb_entries=args.tlb_entries,
-                              mem_bytes=args.mem_bytes, addr_bits=max(20, (args.mem_bytes * 4 - 1).bit_length()))
-        except ValueError as e:
-            raise InputError(f"architecture parameters: {e}") from None
-    man = emit_all(args.out, EmitParams(arch, args.bus_bits), args.top, not args.no_lint,
-                   progress=lambda m: print(m, file=sys.stderr, flush=True))
+    from gen.verilog import VerilogOptions, emit_verilog
+    opts = VerilogOptions(out=args.out, devices=args.devices, bus_bits=args.bus_bits, channels=args.channels,
+                          tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, for_dir=args.for_dir,
+                          tops=tuple(args.top) if args.top else None, lint=not args.no_lint)
+    man = emit_verilog(opts, progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         json.dump(man, sys.stdout, indent=1)
         print()

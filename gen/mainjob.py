@@ -34,7 +34,7 @@ class _Steps:
 
 
 def _plan_line(model_name: str, train: str, rollout: str, dtype: str = "bf16") -> tuple[str, float]:
-    from gen.cmd_plan import fmt_bytes
+    from gen.api import fmt_bytes
     from model.models import load_model
     from model.plan import make_plan
     from model.specs import parse_spec
@@ -83,13 +83,12 @@ def run(args) -> int:
         s.check(ratio < 1.0, f"minimal moves less than verl for {args_[0]}")
 
     s.step("4. compile tiny-qwen2 fsdp2:dp=2 -> vllm:tp=2 and verify on the golden model")
-    from gen.artifacts import load_compiled, write_compiled
-    from gen.cmd_compile import build, compile_args
-    from gen.cmd_run import execute, summarize
-    cargs = compile_args()
-    comp, source, report, memories, expected = build(cargs, progress=lambda m: print(f"   {m}"))
-    out = write_compiled(BUILD / "prog" / "tiny", comp, source, 64, memories, expected, report)
-    for r in report:
+    from gen.api import CompileOptions, compile_reshard, execute, summarize
+    from gen.artifacts import load_compiled
+    from gen.result import compare_results
+    built = compile_reshard(CompileOptions(), progress=lambda m: print(f"   {m}"))
+    out = built.write(BUILD / "prog" / "tiny")
+    for r in built.report:
         print(f"   device {r['device']}: {r['descriptors']} descriptors, {r['bytes_copied']:,} B copied, "
               f"{r['bytes_remapped']:,} B remapped, port lower bound {r['lower_bound_beats']:,} beats")
     loaded = load_compiled(out)
@@ -101,21 +100,21 @@ def run(args) -> int:
     s.step("5. the same reshard on the RTL (Amaranth simulator)")
     am = execute(loaded, "amaranth", progress=lambda m: print(f"   {m}", flush=True))
     ares = summarize(loaded, am)
-    print(f"   status {ares['status']}; {am['cycles']:,} cycles vs lower bound {am['lower_bound_cycles']:,} "
-          f"({am['cycles'] / am['lower_bound_cycles']:.3f}x); {am['sim_cycles_per_s']:,.0f} cycles/s")
+    print(f"   status {ares['status']}; {am.cycles:,} cycles vs lower bound {am.lower_bound_cycles:,} "
+          f"({am.cycles / am.lower_bound_cycles:.3f}x); {am.sim_cycles_per_s:,.0f} cycles/s")
     s.check(ares["verified"], "RTL rollout shards, memories and committed mappings match bit for bit")
 
     s.step("6. the emitted Verilog under Verilator (generated $readmemh testbench)")
     vl = execute(loaded, "verilator", progress=lambda m: print(f"   {m}", flush=True))
     vres = summarize(loaded, vl)
-    same = (vl["cycles_per_device"] == am["cycles_per_device"]
-            and all(bytes(a) == bytes(b) for a, b in zip(vl["memories"], am["memories"]))
-            and vl["tlb"] == am["tlb"] and vl["faults"] == am["faults"])
-    print(f"   {vl['cycles']:,} cycles (Amaranth {am['cycles']:,}); "
-          f"{vl['sim_cycles_per_s']:,.0f} cycles/s, {vl['sim_cycles_per_s'] / max(am['sim_cycles_per_s'], 1):,.0f}x "
+    diffs = compare_results(vl, am, cycles=True)
+    for d in diffs[:5]:
+        print(f"   {d}")
+    print(f"   {vl.cycles:,} cycles (Amaranth {am.cycles:,}); "
+          f"{vl.sim_cycles_per_s:,.0f} cycles/s, {vl.sim_cycles_per_s / max(am.sim_cycles_per_s, 1):,.0f}x "
           f"the Amaranth simulator")
     s.check(vres["verified"], "Verilog run verified against the sliced tensors")
-    s.check(same, "Verilog and Amaranth agree: memories, mappings, faults, cycle for cycle")
+    s.check(not diffs, "Verilog and Amaranth agree: memories, mappings, faults, cycle for cycle")
 
     elapsed = time.monotonic() - s.t0
     if s.failures:

@@ -1,7 +1,7 @@
 """Run programs on the RTL (``hw.system.System``) in the Amaranth simulator.
 
 :func:`run_amaranth` takes a compiled directory (``gen.artifacts.load_compiled``)
-and returns the executor-neutral result dict of ``gen.cmd_run.execute``:
+and returns its :class:`gen.result.RunResult` (the type every executor returns):
 final memories, TLBs, statuses, fault records and counters, read back from
 the simulated hardware, plus ``cycles`` (the longest-running device's cycle
 counter), ``lower_bound_cycles`` (bytes through the busiest port of any device
@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from gen.result import RunResult
 from hw.isa import Cause, Status
 
 __all__ = ["run_system", "run_amaranth", "lower_bound_cycles", "read_memory", "axi_read",
@@ -115,14 +116,12 @@ def _read_tlb(ctx, mmu, arch):
 
 
 def run_system(arch, programs, memories, *, data_width=64, lockstep=False, vcd=None,
-               progress=None, max_cycles=50_000_000, chunk=256, **device_kw) -> dict:
+               progress=None, max_cycles=50_000_000, chunk=256, **device_kw) -> RunResult:
     """Build a :class:`hw.system.System`, run every program to the end, read it back.
 
-    Returns a dict with ``memories`` (uint8 arrays), ``tlb``, ``status`` /
-    ``cause`` (names), ``pc``, ``faults`` (sorted like the golden model's),
-    ``bytes_copied``, ``descriptors``, ``bytes_remapped``, ``semaphores``,
-    ``fault_overflow`` (per device), ``cycles``, ``sim_cycles``,
-    ``sim_cycles_per_s``, ``elaborate_seconds``, ``seconds``.
+    Returns a :class:`gen.result.RunResult` with the end state, ``semaphores``,
+    ``fault_overflow`` and ``cycles_per_device`` of every device, ``sim_cycles``,
+    ``sim_cycles_per_s``, ``elaborate_seconds`` and ``seconds``.
     """
     from amaranth.sim import Simulator
 
@@ -180,11 +179,13 @@ def run_system(arch, programs, memories, *, data_width=64, lockstep=False, vcd=N
             sim.run()
     else:
         sim.run()
-    out["cycles"] = max(out["cycles_per_device"]) if out["cycles_per_device"] else 0
-    out["sim_cycles_per_s"] = out["sim_cycles"] / t_run[0] if t_run[0] > 0 else 0.0
-    out["elaborate_seconds"] = t_elab
-    out["seconds"] = time.perf_counter() - t_start
-    return out
+    return RunResult(
+        "amaranth", out["memories"], out["tlb"], out["status"], out["cause"], out["pc"], out["faults"],
+        out["bytes_copied"], out["descriptors"], out["bytes_remapped"],
+        fault_overflow=out["fault_overflow"], semaphores=out["semaphores"],
+        cycles_per_device=out["cycles_per_device"], sim_cycles=out["sim_cycles"],
+        sim_cycles_per_s=out["sim_cycles"] / t_run[0] if t_run[0] > 0 else 0.0,
+        elaborate_seconds=t_elab, seconds=time.perf_counter() - t_start)
 
 
 def lower_bound_cycles(manifest: dict) -> int:
@@ -199,10 +200,9 @@ def lower_bound_cycles(manifest: dict) -> int:
     return best
 
 
-def run_amaranth(loaded, vcd=None, progress=None, **kw) -> dict:
-    """Run a compiled directory on the RTL; the executor-neutral result dict."""
+def run_amaranth(loaded, vcd=None, progress=None, **kw) -> RunResult:
+    """Run a compiled directory on the RTL; its :class:`gen.result.RunResult`."""
     res = run_system(loaded.arch, loaded.programs, loaded.memories,
                      data_width=loaded.manifest["bus_bits"], vcd=vcd, progress=progress, **kw)
-    res["engine"] = "amaranth"
-    res["lower_bound_cycles"] = lower_bound_cycles(loaded.manifest)
+    res.lower_bound_cycles = lower_bound_cycles(loaded.manifest)
     return res

