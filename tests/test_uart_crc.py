@@ -4,27 +4,9 @@ import zlib
 
 import pytest
 
-from gen.simkit import run_simulation, stream_put
+from gen.simkit import run_simulation, stream_put, uart_receive
 from hw.crc import Crc32
 from hw.uart import UartTx
-
-
-async def uart_receive(ctx, tx, divisor, count):
-    """Decode ``count`` 8N1 frames from the line ``tx`` (sampling mid-bit)."""
-    out = bytearray()
-    for _ in range(count):
-        while ctx.get(tx):                       # start bit
-            await ctx.tick()
-        await ctx.tick().repeat(divisor // 2)
-        assert ctx.get(tx) == 0, "start bit not low at mid-bit"
-        byte = 0
-        for i in range(8):
-            await ctx.tick().repeat(divisor)
-            byte |= ctx.get(tx) << i
-        await ctx.tick().repeat(divisor)
-        assert ctx.get(tx) == 1, "stop bit not high"
-        out.append(byte)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("divisor", [2, 5, 16])
