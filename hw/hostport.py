@@ -47,7 +47,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from .coprocessor import CauseCode, Coprocessor, ImemWrite, StatusCode
 from .dma import DmaFault
 from .isa import ISA_VERSION, WORD_BITS, Cause, Status
-from .lib import check_bus_width
+from .lib import BUS_WIDTHS, check_bus_width
 from .memory import ReadPortSignature, WriteRequest
 from .mmu import TlbEntry
 
@@ -60,7 +60,7 @@ ADDR_WIDTH = 12
 #: Value of the ``ID`` register: ASCII "RSIP".
 MAGIC = 0x52534950
 MAX_CHANNELS = 16
-MAX_MEM_LANES = 8       # 256-bit bus / 32-bit registers
+MAX_MEM_LANES = max(BUS_WIDTHS) // 32     # MEM_WDATA / MEM_RDATA lanes of the widest bus
 
 OKAY, SLVERR = 0, 2
 
@@ -417,10 +417,10 @@ class HostPort(wiring.Component):
         """The registers behind the writable fields, and the memory window's read side."""
         lanes = self._data_width // 32
         h = SimpleNamespace(
-            imem_addr=Signal(16),
+            imem_addr=Signal(field("IMEM_ADDR", "addr").width),
             imem_data=[Signal(32, name=f"imem_data{i}") for i in range(WORD_BITS // 32)],
             imem_offered=Signal(),        # an instruction word is offered, not yet taken
-            mem_addr=Signal(32),
+            mem_addr=Signal(field("MEM_ADDR", "addr").width),
             wlanes=[Signal(32, name=f"mem_wdata{i}") for i in range(lanes - 1)],
             wbe=[Signal(4, name=f"mem_wbe{i}") for i in range(lanes - 1)],
             rbuf=Signal(self._data_width),
