@@ -1,0 +1,85 @@
+"""The multi-channel 2-D DMA engine, as stage components (PULP iDMA's
+front-end / mid-end / back-end split, one clock domain).
+
+::
+
+    desc ─▶ FrontEnd ──grant──▶ Walker ──chunk──▶ [Queue 3] ──▶ Translator ◀─▶ xlat_req/xlat_rsp (MMU)
+            2 slots/channel  ◀─walked─  2-D walk,               page cache,
+            round-robin                 row/page/burst cuts     fault marker
+               ▲ halt ◀──────────────────────────────────────────── │ halt, dropped
+                                                                     ▼ cmd
+    rd (memory) ◀─▶ Reader ◀── [Queue 4] ◀────────────────────────────┘
+                    word reads,
+                    credits, reuse
+                      │ cmd_out ─▶ [Queue 4] ─▶ Writer ──wr──▶ (local / remote memory)
+                      │ data ───────────────▶  realign,  ──fault──▶
+                      │                        byte enables
+                      │                          │ retire, beat
+                      ▼                          ▼
+                    Completion ◀── issued (Walker), dropped (Translator), wr_ack
+                    in-flight, acks, done counts ──▶ status[], ack_full (Writer), cleared (Translator)
+
+* :mod:`.frontend` :class:`FrontEnd`: two descriptor slots per channel (LUT
+  RAM) and the round-robin arbiter (:class:`hw.lib.RoundRobin`) that grants
+  the walker one channel per cycle.
+* :mod:`.walker` :class:`Walker`: the mid-end; per-channel walk state in LUT
+  RAM, one chunk per grant, cut at row ends, smallest-page ends of the source
+  and destination and destination burst windows.
+* :mod:`.translate` :class:`Translator`: per-channel page cache, the MMU
+  port, and the fault marker that halts a channel.
+* :mod:`.reader` :class:`Reader`: word reads of each command, credit-limited,
+  into the read-data queue; marks commands whose first word is already held.
+* :mod:`.writer` :class:`Writer`: the realigning shifter and byte enables;
+  fault records.
+* :mod:`.completion` :class:`Completion`: in-flight and acknowledgement
+  counts, done counts and tags, errors, status.
+* :mod:`.layouts`: the port and inter-stage payloads, and
+  :class:`DmaGeometry` (the widths every stage derives).
+
+Chunks
+------
+A chunk is the longest piece of the byte stream that stays inside one row,
+one smallest page of the source, one smallest page of the destination and
+one ``burst_len``-beat window of the destination. The walker issues at most
+one chunk a cycle; one channel alone gets a grant every second cycle
+(plenty: a chunk is at least one beat and usually many); several share the
+grants round-robin, so their beats interleave chunk by chunk. Starting a
+descriptor costs its channel one grant; the back-end never waits for it as
+long as earlier chunks are queued.
+
+Translation
+-----------
+A chunk on the channel's cached source and destination pages passes in one
+cycle; otherwise the translator asks the MMU, source first, then
+destination. A descriptor's first chunk is always translated afresh, and
+``flush`` empties every cache. The first failing translation stops the
+channel: a ``FAULT`` command carrying the record goes down the pipe behind the
+commands already translated, the channel's later chunks and descriptors are
+dropped, nothing after it is written, and the record leaves on ``fault``
+after every earlier write beat of the channel was issued. The channel then
+reports ``error`` (with ``cause`` and ``va``) and discards descriptors until
+``clear``.
+
+Back-end
+--------
+The reader issues ``ceil((src % B + len) / B)`` word reads per chunk (one
+fewer when the chunk continues its row and its first word is the previous
+chunk's last, which the writer still holds); the writer turns them into
+``ceil((dst % B + len) / B)`` write beats through a 2-word window shifted by
+``(src - dst) mod B`` bytes.
+
+Completion
+----------
+A write beat is *accepted* when ``wr.valid & wr.ready``. It is *done* when the
+destination returns one ``wr_ack`` (payload: channel) for it; acks of
+different beats may come back in any order. A channel's descriptors are
+reported complete (``status[i].done_count`` and ``done_tag``) once their last
+beat was issued and the channel has no unacknowledged write, so completion
+means "visible at the destination" as far as the acks promise it. Wiring
+``wr_ack`` to ``wr.valid & wr.ready`` (same cycle) makes "accepted" the
+completion point.
+"""
+from .layouts import ChannelStatus, CopyDescriptor, DmaFault, DmaGeometry, DmaWrite
+from .top import DMA
+
+__all__ = ["CopyDescriptor", "DmaWrite", "ChannelStatus", "DmaFault", "DMA", "DmaGeometry"]

@@ -1,0 +1,128 @@
+"""Descriptor front-end: two descriptor slots per channel and the
+round-robin arbitration of the walker between channels."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..lib import RoundRobin
+from .layouts import CopyDescriptor, Event, Grant, GrantOp, Slot
+
+__all__ = ["FrontEnd"]
+
+
+class FrontEnd(wiring.Component):
+    """Per-channel descriptor slots and the walker's arbiter.
+
+    Each channel has two slots (a ring in LUT RAM: the descriptor being
+    walked and the next one), so back-to-back descriptors need no handshake
+    with the producer in between. A channel is *walking* from the grant that
+    starts its head descriptor until the walker reports the end of that
+    descriptor on ``walked``; then its slot is freed.
+
+    Every cycle the arbiter (:class:`hw.lib.RoundRobin`) picks one channel
+    that is walking or has a descriptor waiting, is not halted and was not
+    picked in the previous cycle, and registers it; ``grant`` then offers that
+    channel, what to do (``GrantOp``) and its head descriptor, read from the
+    ring. The pick is replaced only when the walker takes the grant, and a
+    channel is never picked twice in a row, so the walker always sees the
+    previous write-back of a channel before its next grant: one channel alone
+    gets a grant every second cycle, several share them round-robin.
+
+    Parameters
+    ----------
+    geometry : :class:`DmaGeometry`
+
+    Interface attributes
+    --------------------
+    desc : ``In(stream.Signature(CopyDescriptor))``
+        Descriptors; one for a channel whose two slots are taken waits
+        (``ready`` low); one for a halted channel or a channel number at or
+        above the channel count is taken and dropped.
+    grant : ``Out(stream.Signature(Grant))``
+    walked : ``In(Event(chan))``
+        The named channel's descriptor has been walked: free its slot.
+    halt : ``In(channels)``
+        Channels that faulted: their slots are emptied and new descriptors dropped.
+    busy : ``Out(channels)``
+        The channel holds a descriptor or has a grant pending.
+    """
+
+    def __init__(self, geometry):
+        g = self._g = geometry
+        super().__init__({
+            "desc": In(stream.Signature(CopyDescriptor(g.arch, g.channels))),
+            "grant": Out(stream.Signature(Grant(g))),
+            "walked": In(Event(g.chan_bits)),
+            "halt": In(g.channels),
+            "busy": Out(g.channels),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self._g.channels
+        m.submodules.ring = ring = Memory(shape=Slot(self._g), depth=2 * C, init=[])
+        ring_w = ring.write_port()
+        ring_r = ring.read_port(domain="comb")
+        m.submodules.arbiter = arb = RoundRobin(C)
+
+        walking = Signal(C)
+        head = Signal(C)               # per channel: slot of the descriptor walked next
+        tail = Signal(C)               # per channel: slot the next descriptor goes to
+        full = [Signal(2, name=f"full{c}") for c in range(C)]
+        picked = Signal()              # the registered pick (grant.valid)
+        chan = Signal(range(max(2, C)))
+
+        # descriptors in
+        dp = self.desc.p
+        room = Signal()
+        m.d.comb += [room.eq(~Cat(*full).bit_select(Cat(tail.bit_select(dp.chan, 1), dp.chan), 1)),
+                     self.desc.ready.eq(1)]
+        for c in range(C):
+            with m.If(dp.chan == c):
+                m.d.comb += self.desc.ready.eq(self.halt[c] | room)
+                with m.If(self.desc.valid & ~self.halt[c] & room):
+                    m.d.comb += ring_w.en.eq(1)
+                    m.d.sync += [full[c].bit_select(tail[c], 1).eq(1), tail[c].eq(~tail[c])]
+        m.d.comb += [
+            ring_w.addr.eq(Cat(tail.bit_select(dp.chan, 1), dp.chan)),
+            ring_w.data.ctx.eq(dp.ctx), ring_w.data.tag.eq(dp.tag),
+            ring_w.data.src0.eq(dp.src - dp.src_stride),
+            ring_w.data.dst0.eq(dp.dst - dp.dst_stride),
+            ring_w.data.row_bytes.eq(dp.row_bytes), ring_w.data.rows.eq(dp.rows),
+            ring_w.data.src_stride.eq(dp.src_stride), ring_w.data.dst_stride.eq(dp.dst_stride),
+            ring_w.data.empty.eq((dp.rows == 0) | (dp.row_bytes == 0)),
+        ]
+
+        # arbitration: the pick is registered and replaced when the walker takes it
+        for c in range(C):
+            m.d.comb += arb.requests[c].eq((walking[c] | full[c].bit_select(head[c], 1))
+                                           & ~self.halt[c] & ~(picked & (chan == c)))
+        m.d.comb += arb.advance.eq(self.grant.ready)
+        with m.If(self.grant.ready):
+            m.d.sync += [picked.eq(arb.valid), chan.eq(arb.grant)]
+
+        # the grant: the picked channel's head slot
+        head_full = Signal()
+        m.d.comb += [
+            ring_r.addr.eq(Cat(head.bit_select(chan, 1), chan)),
+            head_full.eq(Cat(*full).bit_select(Cat(head.bit_select(chan, 1), chan), 1)),
+            self.grant.valid.eq(picked),
+            self.grant.p.chan.eq(chan),
+            self.grant.p.desc.eq(ring_r.data),
+            self.grant.p.op.eq(Mux(walking.bit_select(chan, 1), GrantOp.CHUNK,
+                                   Mux(head_full, GrantOp.START, GrantOp.NONE))),
+        ]
+        for c in range(C):
+            with m.If(self.grant.valid & self.grant.ready & (chan == c)
+                      & (self.grant.p.op == GrantOp.START)):
+                m.d.sync += walking[c].eq(1)
+            with m.If(self.walked.valid & (self.walked.payload == c)):
+                m.d.sync += [walking[c].eq(0), full[c].bit_select(head[c], 1).eq(0),
+                             head[c].eq(~head[c])]
+            with m.If(self.halt[c]):
+                m.d.sync += [walking[c].eq(0), full[c].eq(0)]
+            m.d.comb += self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c)))
+        return m

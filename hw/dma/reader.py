@@ -1,0 +1,112 @@
+"""The reader: word reads for each command, credit-limited, into a read-data
+queue."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib import Queue
+from ..memory import ReadPortSignature
+from .layouts import CmdKind, Command
+
+__all__ = ["Reader"]
+
+
+class Reader(wiring.Component):
+    """Issues the local word reads of each ``DATA`` command and passes every
+    command on to the writer, in order.
+
+    A command whose source starts at byte ``s = src % B`` needs the words
+    ``src // B`` .. ``(src + len - 1) // B``. When the command continues its
+    row (``cont``) right after the same channel's previous ``DATA`` command
+    and ``s > dst % B``, its first word is the previous command's last one,
+    which the writer still holds: the reader marks the command ``reuse`` and
+    skips that read (so a long unaligned copy reads every word once and the
+    writer needs no extra cycle per chunk).
+
+    Reads are issued one a cycle, at most ``outstanding`` ahead of the
+    writer: each read has a place in the read-data queue before it is issued.
+    The next command is taken in the cycle the last read of the current one
+    is issued.
+
+    Parameters
+    ----------
+    geometry : :class:`DmaGeometry`
+    outstanding : int
+        Read-data queue depth and the reads in flight.
+
+    Interface attributes
+    --------------------
+    cmd : ``In(stream.Signature(Command))``
+    cmd_out : ``Out(stream.Signature(Command))``
+        The command, with ``reuse`` set.
+    rd : ``Out(ReadPortSignature(mem_addr_width, data_width))``
+    data : ``Out(stream.Signature(data_width))``
+        Read words, in order.
+    """
+
+    def __init__(self, geometry, *, outstanding):
+        g = self._g = geometry
+        self._outstanding = outstanding
+        super().__init__({
+            "cmd": In(stream.Signature(Command(g))),
+            "cmd_out": Out(stream.Signature(Command(g))),
+            "rd": Out(ReadPortSignature(g.mem_addr_width, g.data_width)),
+            "data": Out(stream.Signature(g.data_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self._g
+        wb, N = g.word_bits, self._outstanding
+        m.submodules.rdata = rdata = Queue(g.data_width, N)
+        wiring.connect(m, wiring.flipped(self.rd.rsp), rdata.w)
+        wiring.connect(m, rdata.r, wiring.flipped(self.data))
+
+        busy = Signal()
+        addr = Signal(g.mem_addr_width)
+        left = Signal(g.len_bits + 1)
+        credits = Signal(range(N + 1))
+        issue = Signal()
+        m.d.comb += [
+            self.rd.req.valid.eq(busy & (credits != N)),
+            self.rd.req.p.eq(addr),
+            issue.eq(self.rd.req.valid & self.rd.req.ready),
+        ]
+        m.d.sync += credits.eq(credits + issue - (self.data.valid & self.data.ready))
+        with m.If(issue):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            with m.If(left == 1):
+                m.d.sync += busy.eq(0)
+
+        # the next command, taken as the last read of the current one issues
+        c = self.cmd.p
+        mv = c.body.move
+        last_data = Signal()                 # the previous command moved data
+        last_chan = Signal(g.chan_bits)
+        reuse = Signal()
+        extra = Signal(g.len_bits)         # words after the first
+        words = Signal(g.len_bits + 1)     # words to read
+        free = Signal()
+        m.d.comb += [
+            reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data & (last_chan == c.chan)
+                     & (mv.src[:wb] > mv.dst[:wb])),
+            extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
+            words.eq(extra + ~reuse),
+            free.eq(~busy | (issue & (left == 1))),
+            self.cmd_out.valid.eq(self.cmd.valid & free),
+            self.cmd_out.p.eq(c),
+            self.cmd_out.p.reuse.eq(reuse),
+            self.cmd.ready.eq(free & self.cmd_out.ready),
+        ]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [last_data.eq(c.kind == CmdKind.DATA), last_chan.eq(c.chan)]
+            with m.If(c.kind == CmdKind.DATA):
+                # (a reused word may be all the command needs: then nothing to read)
+                m.d.sync += [busy.eq(~reuse | (extra != 0)), left.eq(words)]
+                # after the previous command, ``addr`` is the word after its last:
+                # where a command that reuses that last word continues
+                with m.If(~reuse):
+                    m.d.sync += addr.eq(mv.src[wb:])
+        return m

@@ -1,0 +1,173 @@
+"""Translation: chunks to physical commands through a per-channel page cache
+and the MMU; the first fault of a channel becomes a marker in the command
+stream."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..mmu import TranslateCause, translate_request, translate_response
+from .layouts import Chunk, CmdKind, Command, Event
+
+__all__ = ["Translator"]
+
+
+class Translator(wiring.Component):
+    """Per-channel page cache, MMU port and fault marker.
+
+    Keeps, per channel, the last source page and the last destination page
+    it translated (smallest-page granularity, frames in LUT RAM). The chunk
+    at the input is looked up when it is taken and registered with its hit
+    flags; a chunk on cached pages leaves the next cycle, otherwise the
+    translator asks the MMU, source first, then destination, one request at a
+    time, and fills the cache. A descriptor's first chunk (``first``) is
+    translated afresh, and ``flush`` empties every cache.
+
+    The first failing translation halts the channel (``halt``): a ``FAULT``
+    command carrying the record (context, virtual address, cause) goes down
+    the command stream behind the chunks already translated, so the record
+    leaves the DMA after every earlier write of its channel; the channel's
+    later chunks are dropped (each one named on ``dropped``) until
+    ``clear`` names the channel.
+
+    The MMU port's ``tag`` is driven 0 and the response's is ignored:
+    requests are answered in order and one is in flight at a time.
+
+    Parameters
+    ----------
+    geometry : :class:`DmaGeometry`
+    tag_width : int
+        Width of the MMU port's (unused) tag, to match an MMU built with tags.
+
+    Interface attributes
+    --------------------
+    chunk : ``In(stream.Signature(Chunk))``
+    cmd : ``Out(stream.Signature(Command))``
+    xlat_req : ``Out(stream.Signature(translate_request(arch, tag_width)))``
+    xlat_rsp : ``In(stream.Signature(translate_response(arch, tag_width)))``
+    dropped : ``Out(Event(chan))``
+    halt : ``Out(channels)``
+    clear : ``In(channels)``
+    flush : ``In(1)``
+    """
+
+    def __init__(self, geometry, *, tag_width=0):
+        g = self._g = geometry
+        super().__init__({
+            "chunk": In(stream.Signature(Chunk(g))),
+            "cmd": Out(stream.Signature(Command(g))),
+            "xlat_req": Out(stream.Signature(translate_request(g.arch, tag_width))),
+            "xlat_rsp": In(stream.Signature(translate_response(g.arch, tag_width))),
+            "dropped": Out(Event(g.chan_bits)),
+            "halt": Out(g.channels),
+            "clear": In(g.channels),
+            "flush": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self._g
+        C, pb = g.channels, g.page_bits
+        ppn_w, vpn_w = g.pa_bits - pb, g.addr_bits - pb
+        src_layout = data.StructLayout({"vpn": vpn_w, "ppn": ppn_w})
+        dst_layout = data.StructLayout({"vpn": vpn_w, "ppn": ppn_w, "dev": g.dev_bits})
+        m.submodules.src_cache = s_cache = Memory(shape=src_layout, depth=C, init=[])
+        m.submodules.dst_cache = d_cache = Memory(shape=dst_layout, depth=C, init=[])
+        s_r, s_w = s_cache.read_port(domain="comb"), s_cache.write_port()
+        d_r, d_w = d_cache.read_port(domain="comb"), d_cache.write_port()
+        s_valid = Signal(C)
+        d_valid = Signal(C)
+
+        # the registered chunk and its lookup
+        inp = self.chunk.p
+        ck = Signal(Chunk(g))
+        held = Signal()
+        s_hit = Signal()
+        d_hit = Signal()
+        s_ppn = Signal(ppn_w)
+        d_ppn = Signal(ppn_w)
+        d_dev = Signal(g.dev_bits)
+        m.d.comb += [s_r.addr.eq(inp.chan), d_r.addr.eq(inp.chan),
+                     s_w.addr.eq(ck.chan), d_w.addr.eq(ck.chan)]
+        take = Signal()
+        m.d.comb += self.chunk.ready.eq(~held | take)
+        with m.If(self.chunk.ready):
+            m.d.sync += [
+                held.eq(self.chunk.valid), ck.eq(inp),
+                s_hit.eq(s_valid.bit_select(inp.chan, 1) & ~inp.first
+                         & (s_r.data.vpn == inp.src[pb:])),
+                d_hit.eq(d_valid.bit_select(inp.chan, 1) & ~inp.first
+                         & (d_r.data.vpn == inp.dst[pb:])),
+                s_ppn.eq(s_r.data.ppn), d_ppn.eq(d_r.data.ppn), d_dev.eq(d_r.data.dev),
+            ]
+
+        cmd = self.cmd.p
+        move = cmd.body.move
+        side = Signal()                    # the MMU request in flight: 0 source, 1 destination
+        va = Signal(g.addr_bits)
+        cause = Signal(TranslateCause)
+        m.d.comb += [
+            va.eq(Mux(side, ck.dst, ck.src)),
+            cmd.chan.eq(ck.chan), cmd.last.eq(ck.last), cmd.tag.eq(ck.tag), cmd.cont.eq(ck.cont),
+            move.src.eq(Cat(ck.src[:pb], s_ppn)), move.dst.eq(Cat(ck.dst[:pb], d_ppn)),
+            move.dev.eq(d_dev), move.len.eq(ck.len),
+            self.xlat_req.p.ctx.eq(ck.ctx), self.xlat_req.p.va.eq(va),
+            self.xlat_req.p.write.eq(side),
+            self.dropped.payload.eq(ck.chan),
+        ]
+        rsp = self.xlat_rsp.p
+        fill = Signal()
+        faulting = Signal()
+        with m.FSM(name="xlat"):
+            with m.State("LOOKUP"):
+                with m.If(held & self.halt.bit_select(ck.chan, 1)):
+                    m.d.comb += [take.eq(1), self.dropped.valid.eq(1)]
+                with m.Elif(held & (ck.empty | (s_hit & d_hit))):
+                    m.d.comb += [self.cmd.valid.eq(1), take.eq(self.cmd.ready),
+                                 cmd.kind.eq(Mux(ck.empty, CmdKind.EMPTY, CmdKind.DATA))]
+                with m.Elif(held):
+                    m.d.sync += side.eq(s_hit)
+                    m.next = "REQUEST"
+            with m.State("REQUEST"):
+                m.d.comb += self.xlat_req.valid.eq(1)
+                with m.If(self.xlat_req.ready):
+                    m.next = "RESPONSE"
+            with m.State("RESPONSE"):
+                m.d.comb += self.xlat_rsp.ready.eq(1)
+                with m.If(self.xlat_rsp.valid):
+                    with m.If(rsp.cause != TranslateCause.NONE):
+                        m.d.sync += cause.eq(rsp.cause)
+                        m.d.comb += faulting.eq(1)
+                        m.next = "FAULT"
+                    with m.Else():
+                        m.d.comb += fill.eq(1)
+                        with m.If(side):
+                            m.d.sync += [d_hit.eq(1), d_ppn.eq(rsp.pa[pb:g.pa_bits]),
+                                         d_dev.eq(rsp.dev)]
+                        with m.Else():
+                            m.d.sync += [s_hit.eq(1), s_ppn.eq(rsp.pa[pb:g.pa_bits])]
+                        m.next = "LOOKUP"
+            with m.State("FAULT"):
+                m.d.comb += [self.cmd.valid.eq(1), cmd.kind.eq(CmdKind.FAULT),
+                             cmd.body.fault.ctx.eq(ck.ctx), cmd.body.fault.va.eq(va),
+                             cmd.body.fault.cause.eq(cause), take.eq(self.cmd.ready)]
+                with m.If(self.cmd.ready):
+                    m.next = "LOOKUP"
+
+        # cache fill and invalidation
+        m.d.comb += [
+            s_w.data.vpn.eq(ck.src[pb:]), s_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
+            d_w.data.vpn.eq(ck.dst[pb:]), d_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
+            d_w.data.dev.eq(rsp.dev),
+            s_w.en.eq(fill & ~side), d_w.en.eq(fill & side),
+        ]
+        with m.If(fill & side):
+            m.d.sync += d_valid.eq(d_valid | (1 << ck.chan))
+        with m.If(fill & ~side):
+            m.d.sync += s_valid.eq(s_valid | (1 << ck.chan))
+        with m.If(self.flush):
+            m.d.sync += [s_valid.eq(0), d_valid.eq(0)]
+        m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
+        return m
