@@ -326,6 +326,33 @@ def test_2d_strides(width):
     run_dma(descs, width=width, seed=11, golden=True)
 
 
+@pytest.mark.parametrize("width", [32, 64])
+def test_unaligned_continued_chunks(width):
+    """Long copies whose source byte offset is above the destination's: every
+    chunk after a row's first reuses the word the previous chunk read last
+    (the reader skips it), with channels interleaved, rows that continue each
+    other (stride = row) and rows that do not, under stalls."""
+    B = width // 8
+    descs = {c: [] for c in range(4)}
+    n = 0
+    for s in range(1, B):
+        for d in range(0, s):
+            c = n % 4
+            src = 0x200 * n + s
+            dst = DST_VA + 0x300 * n + d
+            if n % 3 == 2:
+                descs[c].append(desc(src, dst, 40 + 7 * n, rows=3, src_stride=40 + 7 * n,
+                                     dst_stride=40 + 7 * n + B, tag=n))
+            else:
+                descs[c].append(desc(src, dst, 150 + 13 * n, tag=n))
+            n += 1
+            if n == 12:
+                break
+        if n == 12:
+            break
+    run_dma(descs, width=width, seed=21 + width, stall=0.2, idle=0.1)
+
+
 def test_2d_wrapping_stride():
     """A stride of 2**20 - 16 (addr_bits=20) walks backwards by wrapping."""
     descs = {0: [desc(0x3000, DST_VA + 0x1000, 12, rows=40, src_stride=(1 << 20) - 16,

@@ -1,23 +1,46 @@
-"""The multi-channel 2-D DMA engine, as stage components (PULP iDMA's
-front-end / mid-end / back-end split, one clock domain).
+"""The multi-channel 2-D DMA engine, as stage components in PULP iDMA's
+split (one clock domain): the front-end takes descriptors and arbitrates
+between channels, the mid-end (the walker) cuts 2-D jobs into legal chunks,
+the back-end (translator, reader, writer) only moves bytes, and completion
+does the accounting. Each stage is a ``wiring.Component``; they are joined by typed
+``lib.stream`` interfaces (:mod:`.layouts`), the top (:class:`DMA`, in
+:mod:`.top`) is their composition.
 
 ::
 
-    desc ─▶ FrontEnd ──grant──▶ Walker ──chunk──▶ [Queue 3] ──▶ Translator ◀─▶ xlat_req/xlat_rsp (MMU)
-            2 slots/channel  ◀─walked─  2-D walk,               page cache,
-            round-robin                 row/page/burst cuts     fault marker
-               ▲ halt ◀──────────────────────────────────────────── │ halt, dropped
-                                                                     ▼ cmd
-    rd (memory) ◀─▶ Reader ◀── [Queue 4] ◀────────────────────────────┘
-                    word reads,
-                    credits, reuse
-                      │ cmd_out ─▶ [Queue 4] ─▶ Writer ──wr──▶ (local / remote memory)
-                      │ data ───────────────▶  realign,  ──fault──▶
-                      │                        byte enables
-                      │                          │ retire, beat
-                      ▼                          ▼
-                    Completion ◀── issued (Walker), dropped (Translator), wr_ack
-                    in-flight, acks, done counts ──▶ status[], ack_full (Writer), cleared (Translator)
+      desc
+       |
+       v
+   +----------+  grant   +--------+  chunk   +---------+     +------------+ <--> xlat_req,
+   | FrontEnd |--------->| Walker |--------->| chunks  |---->| Translator |      xlat_rsp
+   | 2 slots  |<---------| 2-D,   |          | Queue 3 |     | page cache,|      (MMU)
+   | a chan,  |  walked  | cuts   |          +---------+     | fault mark |
+   | round-   |          +--------+                          +------------+
+   | robin    |<-- halt (also to the Walker) ------------------|  cmd |   flush
+   +----------+                                                    v
+                                                              +---------+
+                                                              |  cmds   |
+                                                              | Queue 4 |
+                                                              +---------+
+                                                                   v
+       rd (memory) <--------------------------------------------+--------+
+                                                                | Reader |
+                                                                +--------+
+                                                         cmd_out |      | data
+                                                                 v      |
+                                                            +---------+ |
+                                                            |  reads  | |
+                                                            | Queue 4 | |
+                                                            +---------+ |
+                                                                 v      v
+                                                              +----------+ ---> wr
+                                                              |  Writer  | ---> fault
+                                                              +----------+
+                                                    retire, beat |    ^ ack_full
+                                                                 v    |
+       wr_ack ---------------------------------------------> +------------+ ---> status[]
+       issued (Walker), dropped (Translator) --------------> | Completion | ---> cleared
+       clear, busy (FrontEnd, Walker) ----------------------> +------------+   (Translator)
 
 * :mod:`.frontend` :class:`FrontEnd`: two descriptor slots per channel (LUT
   RAM) and the round-robin arbiter (:class:`hw.lib.RoundRobin`) that grants

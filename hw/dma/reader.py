@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import Queue
+from ..lib import Queue, counter_shape
 from ..memory import ReadPortSignature
 from .layouts import CmdKind, Command
 
@@ -66,7 +66,8 @@ class Reader(wiring.Component):
 
         busy = Signal()
         addr = Signal(g.mem_addr_width)
-        left = Signal(g.len_bits + 1)
+        most = g.burst_len + 1                # words of one chunk, at most
+        left = Signal(counter_shape(most))
         credits = Signal(range(N + 1))
         issue = Signal()
         m.d.comb += [
@@ -86,8 +87,8 @@ class Reader(wiring.Component):
         last_data = Signal()                 # the previous command moved data
         last_chan = Signal(g.chan_bits)
         reuse = Signal()
-        extra = Signal(g.len_bits)         # words after the first
-        words = Signal(g.len_bits + 1)     # words to read
+        extra = Signal(counter_shape(most - 1))    # words after the first
+        words = Signal(counter_shape(most))        # words to read
         free = Signal()
         m.d.comb += [
             reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data & (last_chan == c.chan)

@@ -144,8 +144,9 @@ class DMA(wiring.Component):
         m.submodules.reader = reader = Reader(g, outstanding=self._outstanding)
         m.submodules.reads = reads = Queue(Command(g), CMD_DEPTH, buffered=False)
         m.submodules.writer = writer = Writer(g)
-        # a chunk is in flight from the walker to the writer's retirement
-        inflight_limit = CHUNK_DEPTH + 1 + CMD_DEPTH + CMD_DEPTH + 1
+        # a chunk is in flight from the walker to the writer's retirement: in the
+        # chunk queue, the translator's register, both command queues or the writer
+        inflight_limit = chunks.depth + 1 + cmds.depth + reads.depth + 1
         m.submodules.done = done = Completion(g, ack_limit=self._ack_limit,
                                               inflight_limit=inflight_limit)
 

@@ -6,6 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..lib import counter_shape
 from .layouts import CmdKind, Command, DmaFault, DmaWrite, Event, Retire
 
 __all__ = ["Writer"]
@@ -68,8 +69,8 @@ class Writer(wiring.Component):
         shift = Signal(range(B + 1))
         take_first = Signal()             # the first word is still to be taken
         first = Signal()
-        beats = Signal(g.len_bits + 1)    # beats left
-        words = Signal(g.len_bits + 1)    # words left to take
+        beats = Signal(counter_shape(g.burst_len))       # beats left
+        words = Signal(counter_shape(g.burst_len + 1))   # words left to take
         be_first = Signal(B)
         be_last = Signal(B)
         prev = Signal(W)
