@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 NAME = "plan"
 HELP = "plan the weight transfer from a training layout to a rollout layout"
@@ -26,9 +25,8 @@ def run(args) -> int:
     from gen.api import PlanOptions, fmt_bytes, plan_reshard
     from model.plan import make_plan
     opts = PlanOptions(args.model, args.train, args.rollout, args.dtype, args.scheme)
-    t0 = time.perf_counter()
     plan = plan_reshard(opts)
-    elapsed = time.perf_counter() - t0
+    elapsed = plan.seconds
     model, train, rollout = plan.model, plan.train, plan.rollout
     if args.json:
         out = plan.to_json()

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hw.isa import ISA_VERSION, PERM_R, PERM_W, ArchParams, Op, encode
 from model.errors import InputError
-from model.layouts import _vllm_rank, vllm_ranks
-from model.plan import Plan
+from model.plan import Plan, coalesce
 
 CTX_COPY = 0
 CTX_ROLLOUT = 1
@@ -38,16 +38,24 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-@dataclass
-class Copy:
+class Copy(NamedTuple):
+    """One DMA descriptor: ``rows`` rows of ``row_bytes`` bytes from virtual
+    address ``src_va`` on device ``src_dev`` (rows ``src_stride`` apart) to
+    ``dst_va`` (rows ``dst_stride`` apart), which lands on device ``dst_dev``;
+    issued on DMA channel ``chan``. Before windows are applied, ``dst_va`` is
+    an address in the destination's rollout span."""
+    src_dev: int
+    dst_dev: int
     src_va: int
     dst_va: int
     rows: int
     row_bytes: int
     src_stride: int
     dst_stride: int
-    dst_dev: int
     chan: int = 0
+
+    #: the fields ``model.plan.coalesce`` merges
+    GEOMETRY = ("src_va", "dst_va", "rows", "row_bytes", "src_stride", "dst_stride")
 
     @property
     def nbytes(self) -> int:
@@ -127,7 +135,7 @@ def choose_arch(plan: Plan, base: ArchParams | None = None, **overrides) -> tupl
     n_train = max(r.size for r in plan.train_layout.ranks) * es
     train_span = _align(n_train, span_align(n_train))
     # rollout span: tensors plus alignment slack (at most one page + TENSOR_ALIGN each)
-    tensors = max(len(_tensor_table(plan, g)) for g in range(plan.world))
+    tensors = max(len(plan.rollout_tensors(g)) for g in range(plan.world))
     n_roll = max(r.size for r in plan.rollout_layout.ranks) * es + tensors * (sizes[0] + TENSOR_ALIGN)
     big = span_align(n_roll)
     rollout_span = _align(n_roll, big)
@@ -152,11 +160,6 @@ def choose_arch(plan: Plan, base: ArchParams | None = None, **overrides) -> tupl
     return arch, train_span, stage_pa, rollout_span
 
 
-def _tensor_table(plan: Plan, g: int):
-    _, stage, t = vllm_ranks(plan.rollout, g)
-    return _vllm_rank(plan.model, plan.rollout, t, stage)[2]
-
-
 def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | None = None,
                  **overrides) -> Compiled:
     if plan.scheme != "minimal":
@@ -168,23 +171,20 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
     P = arch.page_sizes[0]
     world = plan.world
     comp = Compiled(plan, arch, train_span, stage_pa, rollout_span, [])
-    by_dst: list[list] = [[] for _ in range(world)]
-    for g, ts in plan._assignment:
-        by_dst[g] = ts
 
     # 1. per destination: tensor virtual addresses, remapped pages, and the copy runs
     layout: list[dict] = []
     for g in range(world):
-        table = _tensor_table(plan, g)
-        runs = by_dst[g]
+        table = plan.rollout_tensors(g)
+        runs = plan.runs_into(g)
         # largest local single-row run per tensor decides its alignment
         starts = [off for _, _, off in table]
         best: dict[int, tuple[int, int, int]] = {}
-        for src, _param, so, do, rows, n, _ss, _ds in runs:
-            if src == g and rows == 1 and n * es >= P:
-                ti = bisect.bisect_right(starts, do) - 1
-                if ti not in best or n > best[ti][0]:
-                    best[ti] = (n, so, do)
+        for r in runs:
+            if r.src == g and r.rows == 1 and r.row_elems * es >= P:
+                ti = bisect.bisect_right(starts, r.dst_off) - 1
+                if ti not in best or r.row_elems > best[ti][0]:
+                    best[ti] = (r.row_elems, r.src_off, r.dst_off)
         va = 0
         tensors = []
         for ti, (name, shape, off) in enumerate(table):
@@ -207,25 +207,25 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
             return _tv[bisect.bisect_right(_starts, off) - 1] + off * es
 
         remapped: dict[int, int] = {}     # rollout va page -> training pa page
-        pieces = []                        # (src, src_byte, dst_va, rows, row_bytes, ss, ds)
+        pieces: list[Copy] = []            # copies into g's rollout span (dst_va: rollout va)
         wanted = None if only is None else set(only)
-        for src, _param, so, do, rows, n, ss, ds in runs:
+        for r in runs:
+            src = r.src
             if wanted is not None and src not in wanted:
                 continue                   # another device's program, not compiled now
-            sb, dva, nb = so * es, rva(do), n * es
-            if src == g and rows == 1 and (dva - sb) % P == 0 and nb >= P:
+            sb, dva, nb = r.src_off * es, rva(r.dst_off), r.row_elems * es
+            if src == g and r.rows == 1 and (dva - sb) % P == 0 and nb >= P:
                 first = _align(dva, P)
                 last = (dva + nb) // P * P
                 if last > first:
                     for pg in range(first, last, P):
                         remapped[pg] = sb + (pg - dva)
                     if first > dva:
-                        pieces.append((src, sb, dva, 1, first - dva, first - dva, first - dva))
+                        pieces.append(_row(src, g, sb, dva, first - dva))
                     if dva + nb > last:
-                        t = dva + nb - last
-                        pieces.append((src, sb + (last - dva), last, 1, t, t, t))
+                        pieces.append(_row(src, g, sb + (last - dva), last, dva + nb - last))
                     continue
-            pieces.append((src, sb, dva, rows, nb, ss * es, ds * es))
+            pieces.append(Copy(src, g, sb, dva, r.rows, nb, r.src_stride * es, r.dst_stride * es))
         layout.append({"self": g, "tensors": tensors, "remapped": remapped, "pieces": pieces, "span": va})
 
     # 2. TLB budget: drop the least valuable remaps until every device fits
@@ -242,23 +242,19 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
             _drop_smallest_remap_run(layout[g], P, 0.1 if over > 16 else 0.0)
 
     # 3. programs: each device pushes what it sources
-    sources: list[list] = [[] for _ in range(world)]
+    sources: list[list[Copy]] = [[] for _ in range(world)]
     for g in range(world):
-        for src, sb, dva, rows, nb, ss, ds in layout[g]["pieces"]:
-            sources[src].append((g, sb, dva, rows, nb, ss, ds))
+        for p in layout[g]["pieces"]:
+            sources[p.src_dev].append(p._replace(dst_va=comp.stage_window(g) + p.dst_va))
     incoming = [0] * world
     for g in range(world):
-        incoming[g] = sum(p[3] * p[4] for p in layout[g]["pieces"] if p[0] != g)
+        incoming[g] = sum(p.nbytes for p in layout[g]["pieces"] if p.src_dev != g)
     if only is not None:
         # incoming bytes of a compiled device come from every source: count them from the plan
         for g in only:
-            incoming[g] = sum(t[4] * t[5] * es for t in by_dst[g] if t[0] != g)
+            incoming[g] = sum(r.numel * es for r in plan.runs_into(g) if r.src != g)
     for s in (range(world) if only is None else only):
-        copies = []
-        for g, sb, dva, rows, nb, ss, ds in sources[s]:
-            copies.append(Copy(sb, comp.stage_window(g) + dva, rows, nb, ss, ds, g))
-        copies = _merge_copies(copies)
-        _balance(copies, arch.channels, s, world)
+        copies = _balance(_merge_copies(sources[s]), arch.channels, s, world)
         ctx1 = _ctx1_pages(arch, comp, layout[s])
         prog = _emit(arch, s, world, ctx0, ctx1, copies)
         words, asm = prog
@@ -326,50 +322,44 @@ def _drop_smallest_remap_run(lay: dict, P: int, fraction: float = 0.0):
             del remapped[va]
         n = len(victim) * P
         # training bytes sit at physical = training-buffer offset
-        lay["pieces"].append((lay["self"], pa, victim[0], 1, n, n, n))
+        lay["pieces"].append(_row(lay["self"], lay["self"], pa, victim[0], n))
+
+
+def _row(src: int, dst: int, src_va: int, dst_va: int, n: int) -> Copy:
+    """A one-row copy of n bytes."""
+    return Copy(src, dst, src_va, dst_va, 1, n, n, n)
+
+
+def _same_destination(a: Copy, b: Copy) -> bool:
+    return a.dst_dev == b.dst_dev
 
 
 def _merge_copies(copies: list[Copy]) -> list[Copy]:
-    """Fewest descriptors: contiguous-on-both-sides runs into one, equal rows into 2-D."""
-    copies.sort(key=lambda c: (c.dst_dev, c.dst_va))
-    out: list[Copy] = []
-    for c in copies:
-        if out:
-            p = out[-1]
-            if p.dst_dev == c.dst_dev and c.rows == 1:
-                if (p.rows == 1 and p.src_va + p.row_bytes == c.src_va
-                        and p.dst_va + p.row_bytes == c.dst_va):
-                    p.row_bytes += c.row_bytes
-                    p.src_stride = p.dst_stride = p.row_bytes
-                    continue
-                if c.row_bytes == p.row_bytes:
-                    ss = c.src_va - p.src_va if p.rows == 1 else p.src_stride
-                    ds = c.dst_va - p.dst_va if p.rows == 1 else p.dst_stride
-                    if (ss >= p.row_bytes and ds >= p.row_bytes and c.src_va == p.src_va + p.rows * ss
-                            and c.dst_va == p.dst_va + p.rows * ds and ss < 1 << 32 and ds < 1 << 32):
-                        p.rows += 1
-                        p.src_stride, p.dst_stride = ss, ds
-                        continue
-        out.append(c)
-    return out
+    """Fewest descriptors: contiguous-on-both-sides runs into one, equal rows into 2-D
+    (``model.plan.coalesce``; strides stay within the 32-bit stride fields)."""
+    copies = sorted(copies, key=lambda c: (c.dst_dev, c.dst_va))
+    return coalesce(copies, same=_same_destination, fields=Copy.GEOMETRY, max_stride=1 << 32)
 
 
-def _balance(copies: list[Copy], channels: int, src: int = 0, world: int = 1):
+def _balance(copies: list[Copy], channels: int, src: int = 0, world: int = 1) -> list[Copy]:
     """Least-loaded channel first, in bytes, with channels grouped by destination.
 
     Copies are ordered by destination; if every channel took them in that
     order, all channels of all devices would push into device 0 first, then
     device 1, ... and one network port would take several devices' traffic
     at a time. Channel ch serves destinations with (dst - src) % world == ch %
-    world, so the devices push into different ports at once.
+    world, so the devices push into different ports at once. Returns the
+    copies with their channels.
     """
     load = [0] * channels
+    out = []
     for c in copies:
         r = (c.dst_dev - src) % world
         group = [ch for ch in range(channels) if ch % world == r] if world <= channels else [r % channels]
         ch = min(group, key=load.__getitem__)
-        c.chan = ch
+        out.append(c._replace(chan=ch))
         load[ch] += c.nbytes + 64    # a descriptor costs a little even when small
+    return out
 
 
 def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy]):

@@ -19,19 +19,53 @@ destination rank's rollout buffer (see :mod:`model.layouts`).
 from __future__ import annotations
 
 import bisect
+import gc
+import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from operator import attrgetter
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 from model.errors import InputError
-from model.layouts import Layout, Piece, rollout_layout, training_layout
+from model.layouts import Layout, Piece, rollout_layout, training_layout, vllm_ranks, vllm_tensor_shapes
 from model.models import ModelSpec
 from model.specs import DTYPE_BYTES, ParallelSpec
 
 SCHEMES = ("minimal", "verl", "hybridflow")
+R = TypeVar("R", bound=tuple)
+
+
+#: the fields of a strided run that :func:`coalesce` reads and extends
+GEOMETRY = ("src_off", "dst_off", "rows", "row_elems", "src_stride", "dst_stride")
+
+
+class Run(NamedTuple):
+    """One strided run into a destination rank: ``rows`` rows of ``row_elems``
+    elements, read from rank ``src``'s training buffer at ``src_off`` (rows
+    ``src_stride`` apart) and written to the destination's rollout buffer at
+    ``dst_off`` (rows ``dst_stride`` apart). A single row has both strides
+    equal to its length. Offsets and strides are in elements."""
+    src: int
+    param: str
+    src_off: int
+    dst_off: int
+    rows: int
+    row_elems: int
+    src_stride: int
+    dst_stride: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.row_elems
+
+    def into(self, dst: int) -> "Transfer":
+        """This run as a :class:`Transfer` into rank ``dst``."""
+        return Transfer(src=self.src, dst=dst, param=self.param, src_off=self.src_off, dst_off=self.dst_off,
+                        rows=self.rows, row_elems=self.row_elems, src_stride=self.src_stride,
+                        dst_stride=self.dst_stride)
 
 
 class Transfer(NamedTuple):
-    """One strided run: ``rows`` rows of ``row_elems`` elements."""
+    """One strided run with its destination: ``rows`` rows of ``row_elems`` elements."""
     src: int
     dst: int
     param: str
@@ -60,6 +94,12 @@ class Transfer(NamedTuple):
 
 @dataclass
 class Plan:
+    """A transfer plan: bytes per rank and, for the ``minimal`` scheme, every run.
+
+    ``runs[g]`` lists the runs into rank ``g`` in order (ranks that receive
+    the same shard from the same replica group share one list); the other
+    schemes only count bytes and have no runs.
+    """
     scheme: str
     model: ModelSpec
     train: ParallelSpec
@@ -68,26 +108,32 @@ class Plan:
     bytes_in: list[int]
     bytes_out: list[int]
     local_bytes: list[int]
-    _transfers: list[Transfer] | None = None
+    runs: list[list[Run]] | None = None
     train_layout: Layout | None = None
     rollout_layout: Layout | None = None
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0                # time make_plan took
+    _transfers: list[Transfer] | None = field(default=None, init=False, repr=False)
 
-    _assignment: list | None = None
+    def runs_into(self, g: int) -> list[Run]:
+        """The runs into rank ``g`` (empty for schemes that only count bytes)."""
+        return self.runs[g] if self.runs else []
 
     @property
     def transfers(self) -> list[Transfer]:
-        """Every run, materialised on first use (millions for a 70B model)."""
+        """Every run with its destination, materialised on first use (millions for a 70B model)."""
         if self._transfers is None:
-            self._transfers = [Transfer(t[0], g, *t[1:]) for g, ts in (self._assignment or [])
-                               for t in ts]
+            self._transfers = [r.into(g) for g, rs in enumerate(self.runs or []) for r in rs]
         return self._transfers
 
     @property
     def num_transfers(self) -> int:
-        if self._transfers is not None:
-            return len(self._transfers)
-        return sum(len(ts) for _, ts in (self._assignment or []))
+        return sum(len(rs) for rs in self.runs or [])
+
+    def rollout_tensors(self, g: int) -> list[tuple[str, tuple[int, ...], int]]:
+        """vLLM's tensors on rank ``g``: (name, local shape, offset in the rollout buffer)."""
+        _, stage, t = vllm_ranks(self.rollout, g)
+        return vllm_tensor_shapes(self.model, self.rollout, t, stage)
 
     @property
     def elem_bytes(self) -> int:
@@ -123,13 +169,21 @@ def make_plan(model: ModelSpec, train: ParallelSpec, rollout: ParallelSpec,
         raise InputError(f"unknown scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
-    tl = training_layout(model, train)
-    rl = rollout_layout(model, rollout, tl.world)
-    if scheme == "minimal":
-        return _minimal(model, train, rollout, dtype, tl, rl)
-    if scheme == "verl":
-        return _verl(model, train, rollout, dtype, tl, rl)
-    return _hybridflow(model, train, rollout, dtype, tl, rl)
+    t0 = time.perf_counter()
+    build = {"minimal": _minimal, "verl": _verl, "hybridflow": _hybridflow}[scheme]
+    # A 70B plan allocates millions of runs and layout pieces and no reference cycles:
+    # pause the cyclic garbage collector, which would otherwise rescan them over and over.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        tl = training_layout(model, train)
+        rl = rollout_layout(model, rollout, tl.world)
+        plan = build(model, train, rollout, dtype, tl, rl)
+    finally:
+        if paused:
+            gc.enable()
+    plan.seconds = time.perf_counter() - t0
+    return plan
 
 
 # ---------------------------------------------------------------- minimal
@@ -176,8 +230,8 @@ def _minimal(model, train, rollout, dtype, tl: Layout, rl: Layout) -> Plan:
             indexes[(group, name)] = idx
     # Ranks with the same rollout shard and replica group receive the same runs
     # (only which of them are local differs), so each distinct pair is planned once.
-    templates: dict[tuple, list[tuple]] = {}
-    assignment: list[tuple[int, list[tuple]]] = []
+    templates: dict[tuple, list[Run]] = {}
+    runs: list[list[Run]] = []
     bytes_in = [0] * world
     bytes_out = [0] * world
     local = [0] * world
@@ -192,23 +246,22 @@ def _minimal(model, train, rollout, dtype, tl: Layout, rl: Layout) -> Plan:
             templates[key] = _plan_one(g, group, pieces, indexes)
             by_src: dict[int, int] = {}
             for t in templates[key]:
-                by_src[t[0]] = by_src.get(t[0], 0) + t[4] * t[5] * es
+                by_src[t.src] = by_src.get(t.src, 0) + t.numel * es
             by_src_cache[key] = by_src
-        assignment.append((g, templates[key]))
+        runs.append(templates[key])
         for src, b in by_src_cache[key].items():
             if src == g:
                 local[g] += b
             else:
                 bytes_in[g] += b
                 bytes_out[src] += b
-    plan = Plan("minimal", model, train, rollout, dtype, bytes_in, bytes_out, local, None, tl, rl)
-    plan._assignment = assignment
-    return plan
+    return Plan("minimal", model, train, rollout, dtype, bytes_in, bytes_out, local, runs=runs,
+                train_layout=tl, rollout_layout=rl)
 
 
-def _plan_one(g: int, group, pieces, indexes) -> list[tuple]:
-    """Raw runs (src, param, src_off, dst_off, rows, n, src_stride, dst_stride) for rank g."""
-    mine: list[tuple] = []
+def _plan_one(g: int, group, pieces, indexes) -> list[Run]:
+    """The runs into rank g, coalesced."""
+    mine: list[Run] = []
     append = mine.append
     for q in pieces:
         idx = indexes.get((group, q.param))
@@ -235,37 +288,51 @@ def _plan_one(g: int, group, pieces, indexes) -> list[tuple]:
                 n, rows = n * rows, 1
             if rows == 1:
                 ss = ds = n
-            append((src, q.param, so, do, rows, n, ss, ds))
+            append(Run(src, q.param, so, do, rows, n, ss, ds))
     return coalesce(mine)
 
 
-def coalesce(ts: list[tuple]) -> list[tuple]:
-    """Merge raw runs that continue each other (same source and parameter).
+def same_source(a: Run, b: Run) -> bool:
+    """Runs of one plan may merge when they read the same parameter on the same rank."""
+    return a.src == b.src and a.param == b.param
 
-    A single row that continues the previous run contiguously on both sides
-    extends it; a single row of equal length one stride further on both
-    sides adds a row to a 2-D run.
+
+def coalesce(runs: Iterable[R], *, same: Callable[[R, R], bool] = same_source,
+             fields: tuple[str, ...] = GEOMETRY, max_stride: int | None = None) -> list[R]:
+    """Merge strided runs that continue each other, in the order given.
+
+    A run is a NamedTuple whose ``fields`` name its source offset, destination
+    offset, rows, row length, source stride and destination stride (in that
+    order; :data:`GEOMETRY` for a :class:`Run`). A single row that continues
+    the previous run contiguously on both sides extends it; a single row of
+    the same length one stride further on both sides adds a row to a 2-D run.
+    Only runs with ``same(previous, next)`` merge; with ``max_stride``, no
+    merged stride reaches it (a hardware field's range). The plan and the
+    compiler's DMA descriptors both coalesce here.
     """
-    out: list[tuple] = []
-    for t in ts:
-        if out:
-            p = out[-1]
-            if p[0] == t[0] and p[1] == t[1] and t[4] == 1:
-                src, param, pso, pdo, prows, pn, pss, pds = p
-                tso, tdo, tn = t[2], t[3], t[5]
-                if prows == 1 and pso + pn == tso and pdo + pn == tdo:
-                    out[-1] = (src, param, pso, pdo, 1, pn + tn, pn + tn, pn + tn)
+    get = attrgetter(*fields)
+    f_so, f_do, f_rows, f_n, f_ss, f_ds = fields
+    out: list = []
+    prev = None               # geometry of out[-1]
+    for t in runs:
+        cur = get(t)
+        if prev is not None and cur[2] == 1 and same(out[-1], t):
+            pso, pdo, prows, pn, pss, pds = prev
+            tso, tdo, _, tn, _, _ = cur
+            if prows == 1 and pso + pn == tso and pdo + pn == tdo:
+                n = pn + tn
+                prev = (pso, pdo, 1, n, n, n)
+                out[-1] = out[-1]._replace(**{f_n: n, f_ss: n, f_ds: n})
+                continue
+            if tn == pn:
+                ss, ds = (tso - pso, tdo - pdo) if prows == 1 else (pss, pds)
+                if (ss >= pn and ds >= pn and tso == pso + prows * ss and tdo == pdo + prows * ds
+                        and (max_stride is None or (ss < max_stride and ds < max_stride))):
+                    prev = (pso, pdo, prows + 1, pn, ss, ds)
+                    out[-1] = out[-1]._replace(**{f_rows: prows + 1, f_ss: ss, f_ds: ds})
                     continue
-                if tn == pn:
-                    if prows == 1:
-                        ss, ds = tso - pso, tdo - pdo
-                    else:
-                        ss, ds = pss, pds
-                    if (ss >= pn and ds >= pn and tso == pso + prows * ss
-                            and tdo == pdo + prows * ds):
-                        out[-1] = (src, param, pso, pdo, prows + 1, pn, ss, ds)
-                        continue
         out.append(t)
+        prev = cur
     return out
 
 
@@ -302,7 +369,8 @@ def _verl(model, train, rollout, dtype, tl: Layout, rl: Layout) -> Plan:
             contrib[gi] = 0
             out[idx] += contrib.sum(axis=1)
     bytes_out = [int(round(x)) * es for x in out]
-    plan = Plan("verl", model, train, rollout, dtype, bytes_in, bytes_out, [0] * world, [], tl, rl)
+    plan = Plan("verl", model, train, rollout, dtype, bytes_in, bytes_out, [0] * world,
+                train_layout=tl, rollout_layout=rl)
     plan.notes.append("per-parameter full all-gather to every rank (verl 0.9.1 FSDP engine "
                       "get_per_tensor_param -> full_tensor); vLLM then keeps its slice")
     return plan
@@ -342,7 +410,8 @@ def _hybridflow(model, train, rollout, dtype, tl: Layout, rl: Layout) -> Plan:
                 if s != g:
                     bytes_in[g] += shard[s]
                     bytes_out[s] += shard[s]
-    plan = Plan("hybridflow", model, train, rollout, dtype, bytes_in, bytes_out, [0] * world, [], tl, rl)
+    plan = Plan("hybridflow", model, train, rollout, dtype, bytes_in, bytes_out, [0] * world,
+                train_layout=tl, rollout_layout=rl)
     d_g = (train.tp // rollout.tp) * (train.pp // rollout.pp)
     plan.notes.append(f"micro-DP all-gather, d_g={d_g}: per-GPU volume (d_g-1)/(t*p)*M")
     return plan
