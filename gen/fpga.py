@@ -312,3 +312,103 @@ def build_ooc(opts: OocOptions) -> dict:
     tmp.write_text(json.dumps(report, indent=1))
     tmp.replace(out)
     return report
+
+
+# ------------------------------------------------------------------ boards
+@dataclass
+class BoardOptions:
+    """A board build (``python -m gen fpga --board NAME``): one compiled
+    reshard baked into a self-checking top (:class:`hw.board.BoardTop`)."""
+    board: str = "ulx3s-85f"
+    model: str = "micro-qwen2"
+    train: str = "fsdp2:dp=2"
+    rollout: str = "vllm:tp=2"
+    dtype: str = "bf16"
+    bus_bits: int = 32
+    channels: int | None = None
+    tlb_entries: int | None = 16
+    mem_bytes: int | None = None
+    page_sizes: str = "1K,4K,16K,64K"
+    freq_mhz: float | None = None      # None: 100 MHz on ECP5 (PLL), the oscillator on iCE40
+    baud: int = 115200
+    out: str | None = None
+    allow_timing_fail: bool = False
+    system_tools: bool = False
+
+    def out_dir(self) -> Path:
+        return Path(self.out or f"build/fpga/{self.board}")
+
+
+def board_reshard(opts: BoardOptions, progress=lambda m: None):
+    """Compile the reshard the board runs (:class:`gen.api.CompiledReshard`)."""
+    from gen.api import CompileOptions, compile_reshard
+    return compile_reshard(CompileOptions(model=opts.model, train=opts.train, rollout=opts.rollout,
+                                          dtype=opts.dtype, bus_bits=opts.bus_bits,
+                                          channels=opts.channels, tlb_entries=opts.tlb_entries,
+                                          mem_bytes=opts.mem_bytes, page_sizes=opts.page_sizes),
+                           progress)
+
+
+def board_top(compiled, *, uart_divisor: int):
+    """The self-checking top for a compiled reshard (images required)."""
+    import zlib
+    from hw.board import BoardTop
+    if compiled.memories is None:
+        raise InputError("the board needs memory images; compile without --device")
+    return BoardTop(compiled.arch, data_width=compiled.bus_bits,
+                    programs=[d.words for d in compiled.devices], memories=compiled.memories,
+                    expected_crc=zlib.crc32(b"".join(compiled.expected)), uart_divisor=uart_divisor)
+
+
+_BOARD_TB = """\
+`timescale 1ns/1ps
+// Runs the board top until it prints its verdict line on the UART, decoding
+// 8N1 frames at DIVISOR clocks per bit; prints the line and finishes.
+module board_tb;
+  reg clk = 0, rst = 1;
+  wire tx, led_pass, led_fail;
+  board dut(.clk(clk), .rst(rst), .rerun(1'b0), .tx(tx), .led_pass(led_pass), .led_fail(led_fail));
+  always #5 clk = ~clk;
+  integer i; reg [7:0] b; reg [63:0] cycles = 0;
+  always @(posedge clk) begin
+    cycles <= cycles + 1;
+    if (cycles > LIMIT) begin $display("TIMEOUT"); $finish; end
+  end
+  initial begin
+    repeat (2) @(posedge clk); rst = 0;
+    forever begin
+      @(negedge tx);
+      repeat (DIVISOR / 2) @(posedge clk);
+      for (i = 0; i < 8; i = i + 1) begin repeat (DIVISOR) @(posedge clk); b[i] = tx; end
+      repeat (DIVISOR) @(posedge clk);
+      $write("%c", b);
+      if (b == 8'h0a) begin $display("LEDS pass=%0d fail=%0d", led_pass, led_fail); $finish; end
+    end
+  end
+endmodule
+"""
+
+
+def simulate_board_verilator(top, *, divisor: int, limit: int = 50_000_000,
+                             progress=lambda m: None) -> tuple[str, dict]:
+    """Run the board top's Verilog under Verilator until its verdict line:
+    ``(line, {led_pass, led_fail})``."""
+    from amaranth.back import verilog
+    from gen.verilator import build_binary
+    design = verilog.convert(top, name="board", emit_src=False)
+    tb = (_BOARD_TB.replace("DIVISOR", str(divisor)).replace("LIMIT", str(limit)))
+    exe, _ = build_binary([("board.v", design), ("board_tb.v", tb)], "board_tb", progress=progress)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=3600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    verdict = next((ln for ln in lines if ln.startswith(("PASS", "FAIL"))), None)
+    leds = next((ln for ln in lines if ln.startswith("LEDS")), "")
+    if verdict is None:
+        raise RuntimeError(f"the board top printed no verdict: {r.stdout[-500:]!r}")
+    return verdict.strip(), {k: int(v) for k, v in (kv.split("=") for kv in leds.split()[1:])}
+
+
+def parse_verdict(line: str) -> dict:
+    """``PASS cycles=9426 crc=1c291ca3`` -> ``{passed, cycles, crc}``."""
+    word, cycles, crc = line.split()
+    return {"passed": word == "PASS", "cycles": int(cycles.split("=")[1]),
+            "crc": int(crc.split("=")[1], 16)}

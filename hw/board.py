@@ -14,7 +14,7 @@ binds it to an amaranth-boards platform (clock, LEDs, UART, a button).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import ClockDomain, Elaboratable, Instance, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -99,4 +99,82 @@ class BoardTop(wiring.Component):
             self.tx.eq(uart.tx),
             self.led_pass.eq(st.finished & st.passed), self.led_fail.eq(st.finished & ~st.passed),
         ]
+        return m
+
+
+def ecp5_pll_params(f_in_mhz, f_out_mhz):
+    """EHXPLLL dividers for ``f_out`` from ``f_in`` (feedback from CLKOP):
+    ``(clki_div, clkfb_div, clkop_div, achieved MHz)``, the closest output
+    with the VCO in 400..800 MHz (nearest 600) and the phase detector at
+    3.125 MHz or more."""
+    best = None
+    for clki in range(1, 129):
+        fpfd = f_in_mhz / clki
+        if fpfd < 3.125:
+            break
+        for fb in range(1, 81):
+            fout = fpfd * fb
+            for op in range(1, 129):
+                if 400 <= fout * op <= 800:
+                    # closest output first, then the VCO nearest mid-range
+                    err = (abs(fout - f_out_mhz), abs(fout * op - 600))
+                    if best is None or err < best[0]:
+                        best = (err, clki, fb, op, fout)
+    if best is None:
+        raise ValueError(f"no ECP5 PLL setting makes {f_out_mhz} MHz from {f_in_mhz} MHz")
+    return best[1:]
+
+
+class BoardPins(Elaboratable):
+    """Binds a :class:`BoardTop` to an amaranth-boards platform.
+
+    The ``sync`` domain runs at ``freq_mhz``: from an ECP5 PLL (EHXPLLL)
+    when that differs from the board's oscillator, held in reset until the
+    PLL locks; otherwise straight from the oscillator. Pass and fail go to
+    two LEDs (``led`` 0 and 1, or an RGB LED's green and red), the verdict
+    line to ``uart`` 0 when the board has one, and ``button`` 0 (when there
+    is one) reruns the self-test.
+    """
+
+    def __init__(self, top, *, freq_mhz):
+        self.top = top
+        self.freq_mhz = freq_mhz
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.top = top = self.top
+        names = {r.name for r in platform.resources.values()}
+        clk_in = platform.request(platform.default_clk, dir="i")
+        f_in = platform.default_clk_frequency / 1e6
+        m.domains.sync = cd_sync = ClockDomain("sync")
+        if abs(f_in - self.freq_mhz) < 1e-6:
+            m.d.comb += cd_sync.clk.eq(clk_in.i)
+        else:
+            clki, fb, op, achieved = ecp5_pll_params(f_in, self.freq_mhz)
+            locked = Signal()
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
+                p_FEEDBK_PATH="CLKOP", p_CLKI_DIV=clki, p_CLKFB_DIV=fb, p_CLKOP_DIV=op,
+                p_CLKOP_CPHASE=op - 1, p_CLKOP_FPHASE=0,
+                i_CLKI=clk_in.i, i_CLKFB=cd_sync.clk, i_RST=0, i_STDBY=0, i_PHASESEL0=0,
+                i_PHASESEL1=0, i_PHASEDIR=0, i_PHASESTEP=0, i_PHASELOADREG=0, i_PLLWAKESYNC=0,
+                i_ENCLKOP=0, o_CLKOP=cd_sync.clk, o_LOCK=locked)
+            platform.add_clock_constraint(cd_sync.clk, achieved * 1e6)
+            m.d.comb += cd_sync.rst.eq(~locked)
+        if "led" in names:
+            m.d.comb += [platform.request("led", 0).o.eq(top.led_pass),
+                         platform.request("led", 1).o.eq(top.led_fail)]
+        else:
+            rgb = platform.request("rgb_led", 0)
+            m.d.comb += [rgb.g.o.eq(top.led_pass), rgb.r.o.eq(top.led_fail)]
+        if "uart" in names:
+            m.d.comb += platform.request("uart", 0).tx.o.eq(top.tx)
+        if "button" in names:
+            from amaranth.lib.cdc import FFSynchronizer
+            pressed, last = Signal(), Signal()
+            m.submodules.button_sync = FFSynchronizer(platform.request("button", 0).i, pressed)
+            m.d.sync += last.eq(pressed)
+            m.d.comb += top.rerun.eq(pressed & ~last)
         return m
