@@ -18,17 +18,27 @@ ORDER = 55
 def add_arguments(p):
     from gen.fpga import OOC_BLOCKS, OocOptions
     d = OocOptions()
+    from gen.fpga import BoardOptions
+    bd = BoardOptions()
     p.add_argument("--list-boards", action="store_true", help="print the boards with their part and capacity")
+    p.add_argument("--board", default=None, help="build this board's self-checking top (see --list-boards)")
+    p.add_argument("--model", default=bd.model, help=f"model of the baked-in reshard (default {bd.model})")
+    p.add_argument("--train", default=bd.train, help=f"training spec (default {bd.train})")
+    p.add_argument("--rollout", default=bd.rollout, help=f"rollout spec (default {bd.rollout})")
+    p.add_argument("--dtype", default=bd.dtype, help=f"bf16 | fp16 | fp32 (default {bd.dtype})")
+    p.add_argument("--page-sizes", default=bd.page_sizes, help=f"page sizes (default {bd.page_sizes})")
     p.add_argument("--ooc", action="store_true", help="build one block out of context (needs --block)")
     p.add_argument("--block", default=d.block, choices=OOC_BLOCKS, help=f"block to build (default {d.block})")
     p.add_argument("--part", default=d.part, help=f"FPGA part for --ooc (default {d.part})")
     p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
     p.add_argument("--bus-bits", type=int, default=d.bus_bits, help=f"data bus width (default {d.bus_bits})")
-    p.add_argument("--channels", type=int, default=d.channels, help=f"DMA channels (default {d.channels})")
+    p.add_argument("--channels", type=int, default=None, help=f"DMA channels (default {d.channels})")
     p.add_argument("--tlb-entries", type=int, default=d.tlb_entries, help=f"TLB entries (default {d.tlb_entries})")
-    p.add_argument("--mem-bytes", type=int, default=d.mem_bytes, help=f"device memory bytes (default {d.mem_bytes})")
-    p.add_argument("--freq-mhz", type=float, default=d.freq_mhz, help=f"clock constraint (default {d.freq_mhz:g})")
-    p.add_argument("--out", default=None, help="output directory (default build/fpga/ooc-BLOCK)")
+    p.add_argument("--mem-bytes", type=int, default=None,
+                   help=f"device memory bytes (default: {d.mem_bytes} for --ooc, just enough for a board)")
+    p.add_argument("--freq-mhz", type=float, default=None,
+                   help=f"clock constraint (default {d.freq_mhz:g}; boards: 100 on ECP5 via the PLL, the oscillator on iCE40)")
+    p.add_argument("--out", default=None, help="output directory (default build/fpga/BOARD or build/fpga/ooc-BLOCK)")
     p.add_argument("--system-tools", action="store_true",
                    help="use yosys/nextpnr from PATH instead of the YoWASP packages")
     p.add_argument("--allow-timing-fail", action="store_true", help="a timing miss is a warning, not a failure")
@@ -44,11 +54,15 @@ def run(args) -> int:
             print(f"{b.name:<16} {p.name:<13} {p.family:<5} {p.lut4:>6} LUT4 {p.bram_blocks:>4} BRAM "
                   f"({p.bram_kbits} kbit) {p.dsp:>4} DSP  amaranth_boards.{b.module}.{b.cls}")
         return 0
+    if args.board:
+        return _board(args)
     if not args.ooc:
-        raise InputError("give --list-boards or --ooc --block BLOCK (board builds are not available yet)")
-    opts = OocOptions(block=args.block, part=args.part, bus_bits=args.bus_bits, channels=args.channels,
-                      tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, devices=args.devices,
-                      freq_mhz=args.freq_mhz, out=args.out or f"build/fpga/ooc-{args.block}",
+        raise InputError("give --board NAME, --ooc --block BLOCK or --list-boards")
+    d = OocOptions()
+    opts = OocOptions(block=args.block, part=args.part, bus_bits=args.bus_bits,
+                      channels=args.channels or d.channels, tlb_entries=args.tlb_entries,
+                      mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
+                      freq_mhz=args.freq_mhz or d.freq_mhz, out=args.out or f"build/fpga/ooc-{args.block}",
                       system_tools=args.system_tools)
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)
@@ -64,4 +78,27 @@ def run(args) -> int:
           f"{rep['bram_used']} BRAM, {rep['dsp_used']} DSP; Fmax {fmax} MHz (required {opts.freq_mhz:g})"
           + ("" if fits else f"; over capacity: {', '.join(rep['overflows'])}")
           + f"; report {opts.out}/report.json")
+    return 0 if verdict != "FAIL" else 1
+
+
+def _board(args) -> int:
+    from gen.fpga import BoardOptions, build_board
+    opts = BoardOptions(board=args.board, model=args.model, train=args.train, rollout=args.rollout,
+                        dtype=args.dtype, bus_bits=args.bus_bits, channels=args.channels,
+                        tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,
+                        freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
+                        system_tools=args.system_tools)
+    rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
+    if args.json:
+        json.dump(rep, sys.stdout, indent=1)
+        print()
+    fits = not rep["overflows"] and rep["built"]
+    met = rep["timing_met"] and rep["fmax_mhz"]
+    verdict = "PASS" if fits and met else ("WARN" if fits and args.allow_timing_fail else "FAIL")
+    used = rep["used"]
+    print(f"{verdict}: {rep['board']} ({rep['part']}): {rep['lut4']} LUT4 of {rep['capacity']['lut4']}, "
+          f"{rep['bram_used']} BRAM of {rep['capacity']['bram']}, {rep['dsp_used']} DSP; "
+          f"Fmax {rep['fmax_mhz']} MHz (required {rep['constraint_mhz_requested']:g})"
+          + ("" if not rep["overflows"] else f"; over capacity: {', '.join(rep['overflows'])}")
+          + f"; expects '{rep['expected']['uart_line']}'; bitstream {rep['bitstream']}")
     return 0 if verdict != "FAIL" else 1

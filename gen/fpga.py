@@ -412,3 +412,81 @@ def parse_verdict(line: str) -> dict:
     word, cycles, crc = line.split()
     return {"passed": word == "PASS", "cycles": int(cycles.split("=")[1]),
             "crc": int(crc.split("=")[1], 16)}
+
+
+def _board_freq(opts: BoardOptions, b: Board, p: Part) -> float:
+    if opts.freq_mhz is not None:
+        if p.family != "ecp5":
+            raise InputError(f"--freq-mhz: {b.name} runs at its oscillator (no PLL support for {p.family})")
+        return opts.freq_mhz
+    return 100.0 if p.family == "ecp5" else b.platform().default_clk_frequency / 1e6
+
+
+def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
+    """Compile the reshard, check the board top under Verilator (it must
+    print PASS), then synthesize, place and route it for the board and pack
+    the bitstream. Returns the report, also written as ``report.json`` beside
+    the bitstream (written even when the design misses timing or does not
+    fit)."""
+    from hw.board import BoardPins
+    b = board(opts.board)
+    p = PARTS[b.part]
+    freq = _board_freq(opts, b, p)
+    env = toolchain_env(p.family, system=opts.system_tools)
+    out = opts.out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    compiled = board_reshard(opts, progress)
+    divisor = max(2, round(freq * 1e6 / opts.baud))
+    progress(f"board top: {compiled.arch.devices} devices, {compiled.arch.mem_bytes:,} B memories, "
+             f"{opts.bus_bits}-bit bus; checking it under Verilator first ...")
+    sim_line, _ = simulate_board_verilator(board_top(compiled, uart_divisor=4), divisor=4,
+                                           progress=progress)
+    sim = parse_verdict(sim_line)
+    if not sim["passed"]:
+        raise RuntimeError(f"the board top fails in simulation: {sim_line}")
+    progress(f"simulated verdict: {sim_line}; building for {b.name} ({p.name}) at {freq:g} MHz ...")
+    top = BoardPins(board_top(compiled, uart_divisor=divisor), freq_mhz=freq)
+    platform = b.platform()
+    plan = platform.build(top, name="top", build_dir=str(out), do_build=False,
+                          nextpnr_opts=["--report", "top_report.json", "--timing-allow-fail",
+                                        "--seed", "1"])
+    # the build script also runs each board's packer; programming tools are not called
+    env = dict(env, DFU_SUFFIX="true")
+    t_build = time.perf_counter()
+    try:
+        plan.execute_local(str(out), env=env)
+        built = True
+    except Exception as e:                      # a failing tool: report what it said
+        built = False
+        progress(f"build failed: {e}")
+    impl = (read_nextpnr_report(out / "top_report.json", p.name)
+            if (out / "top_report.json").exists() else Implementation(part=p.name))
+    stat = out / "top.rpt"
+    if stat.exists():
+        text = stat.read_text()
+        impl.lut4 = _yosys_cells(text, "LUT4") if p.family == "ecp5" else _yosys_cells(text, "SB_LUT4")
+        impl.ff = _yosys_cells(text, "TRELLIS_FF") if p.family == "ecp5" else 0
+    bitstream = next((str(out / f) for f in ("top.bit", "top.bin") if (out / f).exists()), None)
+    report = {
+        "kind": "board", "board": b.name, "part": p.name, "package": platform.package,
+        "platform": f"amaranth_boards.{b.module}.{b.cls}", "built": built, "bitstream": bitstream,
+        **impl.to_json(), "constraint_mhz_requested": freq,
+        "capacity": {"lut4": p.lut4, "bram": p.bram_blocks, "dsp": p.dsp},
+        "overflows": impl.overflows(p),
+        "reshard": {"model": compiled.source["model"], "train": compiled.source["train"],
+                    "rollout": compiled.source["rollout"], "dtype": opts.dtype,
+                    "devices": compiled.arch.devices, "mem_bytes": compiled.arch.mem_bytes,
+                    "bus_bits": opts.bus_bits, "arch": compiled.arch.to_json()},
+        "expected": {"cycles": sim["cycles"], "crc": f"{sim['crc']:08x}",
+                     "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
+        "checker": "CRC-32 (zlib) of every device's memory read back through the host port, "
+                   "every STATUS HALTED, every AXI response OKAY",
+        "tools": tool_versions(env, p.family),
+        "build_seconds": round(time.perf_counter() - t_build, 1),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+    }
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out / "report.json")
+    return report
