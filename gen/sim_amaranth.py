@@ -24,24 +24,16 @@ __all__ = ["run_system", "run_amaranth", "lower_bound_cycles", "read_memory", "a
            "axi_write", "read_fault_records"]
 
 
-def _memdata_words(sim, ctx, memdata):
-    """All words of a ``MemoryData`` in simulation (fast path through the
-    simulator's state when it is reachable, else one ``ctx.get`` per word)."""
-    try:
-        state = sim._engine._state
-        idx = state.memories[memdata]
-        words = list(state.slots[idx].data)
-        if len(words) == memdata.depth:
-            return words
-    except (AttributeError, KeyError, TypeError):
-        pass
-    return [int(ctx.get(memdata[i])) for i in range(memdata.depth)]
+def _memdata_words(ctx, memdata) -> list[int]:
+    """All words of a ``MemoryData``, read through the testbench API (``ctx.get``)."""
+    get = ctx.get
+    return [int(get(memdata[i])) for i in range(memdata.depth)]
 
 
-def read_memory(sim, ctx, mem) -> np.ndarray:
+def read_memory(ctx, mem) -> np.ndarray:
     """The whole contents of a ``hw.memory.BankedMemory`` as a uint8 array."""
     B = mem.data_width // 8
-    banks = [_memdata_words(sim, ctx, d) for d in mem.bank_data]
+    banks = [_memdata_words(ctx, d) for d in mem.bank_data]
     nb = len(banks)
     words = [banks[w % nb][w // nb] for w in range(mem.words)]
     raw = b"".join(int(w).to_bytes(B, "little") for w in words)
@@ -168,7 +160,7 @@ def run_system(arch, programs, memories, *, data_width=64, lockstep=False, vcd=N
         for di in range(len(devs)):
             faults += await read_fault_records(ctx, system.host[di], di)
         out["faults"] = sorted(faults, key=lambda f: (f["device"], f["channel"], f["va"]))
-        out["memories"] = [read_memory(sim, ctx, d.mem) for d in devs]
+        out["memories"] = [read_memory(ctx, d.mem) for d in devs]
 
     sim.add_testbench(bench)
     t_elab = time.perf_counter() - t_start
