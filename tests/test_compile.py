@@ -11,7 +11,7 @@ import pytest
 from gen.api import CompileOptions, compile_reshard, execute, summarize
 from gen.artifacts import load_compiled
 from gen.asm import assemble, disassemble
-from hw.isa import Op, decode, encode
+from hw.isa import Op, Status, decode, encode
 from model.errors import InputError
 
 
@@ -221,3 +221,47 @@ def test_single_device_compile_without_images(tmp_path):
     assert [d.device for d in comp.devices] == [1]
     assert loaded.memories is None
     assert len(comp.devices[0].copies) > 0
+
+
+def test_library_imports_no_command_line_and_no_tests():
+    """gen's library modules never import argparse, a cmd_* module or tests."""
+    import ast
+    root = Path(__file__).resolve().parent.parent / "gen"
+    for f in sorted(root.glob("*.py")):
+        if f.name.startswith("cmd_") or f.name in ("cli.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            for n in names:
+                assert n != "argparse" and not n.startswith(("gen.cmd_", "tests")), (f.name, n)
+    for f in sorted(root.glob("*.py")):
+        assert "import tests" not in f.read_text() and "from tests" not in f.read_text(), f.name
+
+
+def test_run_results_compare_field_by_field(tmp_path):
+    from gen.result import RunResult, compare_results
+    _, loaded = _compile(tmp_path)
+    a = execute(loaded, "golden")
+    b = execute(loaded, "golden")
+    assert isinstance(a, RunResult) and a.status == ["HALTED", "HALTED"] and a.cycles is None
+    assert compare_results(a, b) == []
+    b.pc[1] += 1
+    b.memories[0][17] ^= 1
+    diffs = compare_results(a, b)
+    assert len(diffs) == 2 and diffs[0].startswith("pc differs") and "device 0: final memory differs at [17]" in diffs[1]
+    # statuses and causes are names whatever an executor hands in
+    r = RunResult("x", [b"\0"], [[]], [Status.HALTED.value], [0], [0], [], [0], [0], [0])
+    assert (r.status, r.cause, r["status"]) == (["HALTED"], ["NONE"], ["HALTED"])
+
+
+def test_compile_options_errors_name_the_option():
+    with pytest.raises(InputError, match=r"^--bus-bits must be one of 32, 64, 128, 256, not 48$"):
+        compile_reshard(CompileOptions(bus_bits=48))
+    with pytest.raises(InputError, match=r"^--page-sizes '4K,x': want four sizes"):
+        CompileOptions(page_sizes="4K,x")
+    with pytest.raises(InputError, match=r"^--devices 3 does not match"):
+        compile_reshard(CompileOptions(devices=3))
