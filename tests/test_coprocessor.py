@@ -262,7 +262,6 @@ def run_on_coprocessor(arch, programs):
     out = []
 
     async def tb(ctx):
-        ctx.set(cop.mmu_idle, 1)
         ctx.set(cop.mmu_cmd.ready, 1)
         ctx.set(cop.sig.ready, 1)
         for prog in programs:

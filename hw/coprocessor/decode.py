@@ -1,0 +1,111 @@
+"""Decode: the illegal-instruction checks, in ``model/golden.py``'s order."""
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import FORMATS, ISA_VERSION, WORD_BITS, Cause, Op, field_of, reserved_mask
+from ..lib import page_offset_mask
+from .common import CauseCode, Decoded, Fetched
+
+__all__ = ["Decoder", "FIELD_CHECKS"]
+
+#: The field checks of every opcode, in the order they are made (after the
+#: reserved bits): ``(field, rule)``. A rule is an ``ArchParams`` count (the
+#: field must be below it), ``"version"`` (equal to ``ISA_VERSION``),
+#: ``"address"`` (fits ``addr_bits``) or ``"aligned"`` (to the page of the
+#: instruction's ``size`` field).
+FIELD_CHECKS = {
+    Op.VERSION: (("version", "version"),),
+    Op.COPY: (("chan", "channels"), ("ctx", "contexts"), ("src", "address"),
+              ("dst", "address")),
+    Op.REMAP: (("ctx", "contexts"), ("dev", "devices"), ("va", "address"), ("va", "aligned"),
+               ("pa", "address"), ("pa", "aligned")),
+    Op.INVAL: (("ctx", "contexts"), ("va", "address"), ("va", "aligned")),
+    Op.SIGNAL: (("dev", "devices"), ("sem", "semaphores")),
+    Op.WAIT: (("sem", "semaphores"),),
+    Op.COMMIT: (("ctx", "contexts"),),
+}
+_LIMIT_CAUSE = {"channels": Cause.BAD_CHANNEL, "contexts": Cause.BAD_CONTEXT,
+                "devices": Cause.BAD_DEVICE, "semaphores": Cause.BAD_SEMAPHORE}
+for _op, _checks in FIELD_CHECKS.items():          # every checked field is in the ISA table
+    for _name, _ in _checks:
+        field_of(_op, _name)
+
+
+def _violations(arch, op, f):
+    """``(condition, cause)`` for each field check of ``op`` on the view ``f``."""
+    A = arch.addr_bits
+    out = []
+    for name, rule in FIELD_CHECKS.get(op, ()):
+        v = getattr(f, name)
+        if rule == "version":
+            out.append((v != ISA_VERSION, Cause.VERSION_MISMATCH))
+        elif rule == "address":
+            over = v[A:].any() if A < field_of(op, name).width else Const(0)
+            out.append((over, Cause.ADDRESS_WIDTH))
+        elif rule == "aligned":
+            out.append(((v[:A] & page_offset_mask(arch.page_sizes, f.size)) != 0,
+                        Cause.MISALIGNED))
+        else:
+            out.append((v >= getattr(arch, rule), _LIMIT_CAUSE[rule]))
+    return out
+
+
+class Decoder(wiring.Component):
+    """Finds why an instruction is illegal, exactly as ``model/golden.py`` does.
+
+    A combinational stage: ``o`` is ``i`` with the cause added. The checks,
+    first failing one wins: ``PC_OVERFLOW`` (``pc`` past the instruction
+    memory); ``VERSION_MISMATCH`` at word 0 unless the opcode is VERSION;
+    ``BAD_OPCODE``; ``RESERVED_BITS`` (mask from :func:`hw.isa.reserved_mask`);
+    then :data:`FIELD_CHECKS` in table order. Field positions and widths come
+    from :data:`hw.isa.FORMATS` through the instruction layouts.
+
+    Parameters
+    ----------
+    arch : :class:`hw.isa.ArchParams`
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(Fetched(imem_words)))``
+    o : ``Out(stream.Signature(Decoded(imem_words)))``
+        ``cause`` is ``NONE`` for a legal instruction.
+    """
+
+    def __init__(self, arch):
+        self._arch = arch
+        super().__init__({
+            "i": In(stream.Signature(Fetched(arch.imem_words))),
+            "o": Out(stream.Signature(Decoded(arch.imem_words))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        word, pc, cause = self.i.p.word, self.i.p.pc, self.o.p.cause
+        m.d.comb += [
+            self.o.valid.eq(self.i.valid),
+            self.i.ready.eq(self.o.ready),
+            self.o.p.pc.eq(pc),
+            self.o.p.word.eq(word),
+        ]
+        with m.If(pc >= arch.imem_words):
+            m.d.comb += cause.eq(CauseCode.PC_OVERFLOW)
+        with m.Elif((pc == 0) & (word.opcode != Op.VERSION)):
+            m.d.comb += cause.eq(CauseCode.VERSION_MISMATCH)
+        with m.Else():
+            with m.Switch(word.opcode):
+                for op in FORMATS:
+                    with m.Case(int(op)):
+                        rmask = Const(reserved_mask(op), WORD_BITS)
+                        with m.If((word.bits & rmask).any()):
+                            m.d.comb += cause.eq(CauseCode.RESERVED_BITS)
+                        view = getattr(word, op.name.lower())
+                        for cond, why in _violations(arch, op, view):
+                            with m.Elif(cond):
+                                m.d.comb += cause.eq(CauseCode[why.name])
+                with m.Default():
+                    m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
+        return m

@@ -1,0 +1,110 @@
+"""MMU command unit: REMAP, INVAL and COMMIT."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..dma import ChannelStatus
+from ..isa import Op
+from ..lib import ctx_bits
+from ..mmu import MmuCommand, MmuOp
+from .common import CauseCode, InstructionWord, StatusCode, StopRequest, first_fault_cause
+
+__all__ = ["MmuCommandUnit"]
+
+
+class MmuCommandUnit(wiring.Component):
+    """Executes REMAP, INVAL and COMMIT as commands on the MMU's ``cmd`` stream.
+
+    * ``REMAP``, and an immediate ``INVAL``, wait until every channel is
+      ``done`` (the ISA's implicit fence, without a fault check; a staged
+      REMAP waits too, since placing a staged entry may evict an active one
+      that a copy in flight still needs); a staged ``INVAL`` goes at once.
+    * ``COMMIT`` stops ``ILLEGAL`` / ``COMMIT_UNFENCED`` if a channel has a
+      COPY since its last FENCE; else waits until every channel is done and
+      stops ``FAULT`` if one faulted (lowest channel's cause); else it is
+      sent, and ``committed`` pulses.
+
+    Every command sent pulses ``flush`` (the DMA's translation caches).
+
+    Parameters
+    ----------
+    arch : :class:`hw.isa.ArchParams`
+
+    Interface attributes
+    --------------------
+    insn : ``In(stream.Signature(InstructionWord()))``
+    step : ``In(1)``
+        Lock-step permission to retire or stop.
+    stop : ``Out(stream.Signature(StopRequest()))``
+    done : ``In(channels)``
+        From the feeder.
+    chan_status : ``In(ChannelStatus(arch)).array(channels)``
+    unfenced : ``In(channels)``
+        From the sync unit.
+    cmd : ``Out(stream.Signature(MmuCommand(arch)))``
+        To the MMU.
+    flush : ``Out(1)``
+        To the DMA.
+    commit_ctx : ``Out(ctx bits)``
+        The context of the COMMIT at hand.
+    committed : ``Out(1)``
+        A COMMIT was sent.
+    """
+
+    def __init__(self, arch):
+        self._arch = arch
+        C = arch.channels
+        super().__init__({
+            "insn": In(stream.Signature(InstructionWord())),
+            "step": In(1),
+            "stop": Out(stream.Signature(StopRequest())),
+            "done": In(C),
+            "chan_status": In(ChannelStatus(arch)).array(C),
+            "unfenced": In(C),
+            "cmd": Out(stream.Signature(MmuCommand(arch))),
+            "flush": Out(1),
+            "commit_ctx": Out(ctx_bits(arch)),
+            "committed": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        A, C = self._arch.addr_bits, self._arch.channels
+        w, cmd, stop, step = self.insn.p, self.cmd.p, self.stop.p, self.step
+        all_done, error = Signal(), Signal(C)
+        m.d.comb += [all_done.eq(self.done.all()),
+                     error.eq(Cat(*[s.error for s in self.chan_status]))]
+        all_cause = first_fault_cause(m, Const((1 << C) - 1, C), self.chan_status)
+        fr, fi, fc = w.remap, w.inval, w.commit
+        with m.Switch(w.opcode):
+            with m.Case(Op.REMAP):
+                m.d.comb += [cmd.op.eq(MmuOp.REMAP), cmd.ctx.eq(fr.ctx), cmd.size.eq(fr.size),
+                             cmd.perm.eq(fr.perm), cmd.staged.eq(fr.staged), cmd.dev.eq(fr.dev),
+                             cmd.va.eq(fr.va[:A]), cmd.pa.eq(fr.pa[:A])]
+            with m.Case(Op.INVAL):
+                m.d.comb += [cmd.op.eq(MmuOp.INVAL), cmd.ctx.eq(fi.ctx), cmd.size.eq(fi.size),
+                             cmd.staged.eq(fi.staged), cmd.va.eq(fi.va[:A])]
+            with m.Default():
+                m.d.comb += [cmd.op.eq(MmuOp.COMMIT), cmd.ctx.eq(fc.ctx)]
+        m.d.comb += [self.commit_ctx.eq(fc.ctx),
+                     self.flush.eq(self.cmd.valid & self.cmd.ready),
+                     self.insn.ready.eq(self.cmd.valid & self.cmd.ready)]
+
+        with m.If(self.insn.valid & step):
+            with m.Switch(w.opcode):
+                with m.Case(Op.REMAP, Op.INVAL):
+                    at_once = (w.opcode == Op.INVAL) & fi.staged        # a staged INVAL
+                    m.d.comb += self.cmd.valid.eq(all_done | at_once)
+                with m.Case(Op.COMMIT):
+                    with m.If(self.unfenced.any()):
+                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.ILLEGAL),
+                                     stop.cause.eq(CauseCode.COMMIT_UNFENCED)]
+                    with m.Elif(all_done & error.any()):
+                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
+                                     stop.cause.eq(all_cause)]
+                    with m.Elif(all_done):
+                        m.d.comb += [self.cmd.valid.eq(1),
+                                     self.committed.eq(self.cmd.ready)]
+        return m

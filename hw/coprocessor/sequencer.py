@@ -1,0 +1,131 @@
+"""Sequencer: start, clear, execute, stop; lock-step grants; dispatch to the units."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import Op
+from .common import CauseCode, Decoded, InstructionWord, StatusCode, StopRequest
+
+__all__ = ["Sequencer", "UNIT_OPS"]
+
+#: The opcodes each execution unit executes; VERSION retires in the sequencer.
+UNIT_OPS = {
+    "copy": (Op.COPY,),
+    "sync": (Op.FENCE, Op.SIGNAL, Op.WAIT, Op.HALT),
+    "mmu": (Op.REMAP, Op.INVAL, Op.COMMIT),
+}
+
+
+class Sequencer(wiring.Component):
+    """Runs a program: ``STOPPED`` -> ``CLEAR`` -> ``EXEC`` -> ``STOPPED``.
+
+    * ``STOPPED``: ``start`` pulses ``restart`` (the units clear their
+      per-run state) and sets the status to ``RUNNING``;
+    * ``CLEAR``: ``clearing`` is high (the program counter is held at word 0,
+      the DMA's channels, the descriptor queues and the fault queue are
+      cleared) until ``drained``; the last cycle pulses ``begin``;
+    * ``EXEC``: ``run`` is high and the decoded instructions on ``insn`` are
+      executed in order. An illegal one stops with ``ILLEGAL`` and its cause;
+      a VERSION retires here; every other instruction goes to the unit of
+      :data:`UNIT_OPS` on the stream of that name, and retires when the unit
+      takes it. A unit may instead stop the program (``sync_stop``,
+      ``mmu_stop``): the status and cause are set and the program counter
+      stays at the instruction.
+
+    Lock-step: with ``step_mode`` high, ``step`` (the units' permission to
+    retire or stop an instruction) is high only under ``step_grant`` and
+    until ``step_ack``; ``step_ack`` pulses when an instruction retires or
+    stops, or when a WAIT is found ``blocked`` under the grant.
+
+    Interface attributes
+    --------------------
+    start, step_mode, step_grant : ``In(1)``
+    step_ack : ``Out(1)``
+    status : ``Out(StatusCode)``
+    cause : ``Out(CauseCode)``
+    insn : ``In(stream.Signature(Decoded(imem_words)))``
+    copy, sync, mmu : ``Out(stream.Signature(InstructionWord()))``
+    sync_stop, mmu_stop : ``In(stream.Signature(StopRequest()))``
+        Always ready: a stop request takes effect at once.
+    blocked : ``In(1)``
+        The sync unit is blocked in a WAIT.
+    step : ``Out(1)``
+    restart, begin : ``Out(1)``
+    clearing, run : ``Out(1)``
+    drained : ``In(1)``
+        The previous run's leftovers are gone (DMA idle and without errors,
+        queues empty).
+    """
+
+    def __init__(self, imem_words):
+        unit = Out(stream.Signature(InstructionWord()))
+        stop = In(stream.Signature(StopRequest()))
+        super().__init__({
+            "start": In(1), "step_mode": In(1), "step_grant": In(1), "step_ack": Out(1),
+            "status": Out(StatusCode), "cause": Out(CauseCode),
+            "insn": In(stream.Signature(Decoded(imem_words))),
+            "copy": unit, "sync": unit, "mmu": unit,
+            "sync_stop": stop, "mmu_stop": stop,
+            "blocked": In(1), "step": Out(1),
+            "restart": Out(1), "begin": Out(1), "clearing": Out(1), "run": Out(1),
+            "drained": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        insn = self.insn
+        # lock-step: one instruction per grant
+        stepped = Signal()
+        m.d.comb += self.step.eq(~self.step_mode | (self.step_grant & ~stepped))
+        with m.If(~self.step_grant):
+            m.d.sync += stepped.eq(0)
+        with m.If(self.step_ack):
+            m.d.sync += stepped.eq(1)
+
+        # dispatch: a legal instruction to its unit; it retires when taken
+        legal = Signal()
+        m.d.comb += legal.eq(insn.p.cause == CauseCode.NONE)
+        taken = [self.step & (insn.p.word.opcode == Op.VERSION)]
+        for name, ops in UNIT_OPS.items():
+            port = getattr(self, name)
+            ours = Signal(name=f"to_{name}")
+            m.d.comb += [
+                ours.eq(legal & insn.p.word.opcode.matches(*ops)),
+                port.valid.eq(insn.valid & ours),
+                port.p.eq(insn.p.word),
+            ]
+            taken.append(ours & port.ready)
+        m.d.comb += insn.ready.eq(legal & (taken[0] | taken[1] | taken[2] | taken[3]))
+
+        stop = Signal()
+        stop_req = Signal(StopRequest())
+        with m.If(insn.valid & ~legal & self.step):
+            m.d.comb += [stop.eq(1), stop_req.status.eq(StatusCode.ILLEGAL),
+                         stop_req.cause.eq(insn.p.cause)]
+        for req in (self.sync_stop, self.mmu_stop):
+            m.d.comb += req.ready.eq(1)
+            with m.If(req.valid):
+                m.d.comb += [stop.eq(1), stop_req.eq(req.p)]
+        m.d.comb += self.step_ack.eq(self.step_mode & ((insn.valid & insn.ready) | stop
+                                                       | (self.blocked & self.step)))
+
+        with m.FSM(name="seq"):
+            with m.State("STOPPED"):
+                with m.If(self.start):
+                    m.d.comb += self.restart.eq(1)
+                    m.d.sync += [self.status.eq(StatusCode.RUNNING),
+                                 self.cause.eq(CauseCode.NONE)]
+                    m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += self.clearing.eq(1)
+                with m.If(self.drained):
+                    m.d.comb += self.begin.eq(1)
+                    m.next = "EXEC"
+            with m.State("EXEC"):
+                m.d.comb += self.run.eq(1)
+                with m.If(stop):
+                    m.d.sync += [self.status.eq(stop_req.status), self.cause.eq(stop_req.cause)]
+                    m.next = "STOPPED"
+        return m

@@ -1,0 +1,146 @@
+"""Sync unit: FENCE, SIGNAL, WAIT and HALT, and the semaphores."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..dma import ChannelStatus
+from ..isa import Op
+from ..lib import sem_bits
+from .common import (CauseCode, InstructionWord, SignalMessage, StatusCode, StopRequest,
+                     first_fault_cause, semaphore_shape)
+
+__all__ = ["SyncUnit"]
+
+
+class SyncUnit(wiring.Component):
+    """Executes FENCE, SIGNAL, WAIT and HALT; holds the semaphores.
+
+    * ``FENCE``: waits until every channel of its mask (0: all) is ``done``;
+      if one of them faulted, stops ``FAULT`` with the cause of the
+      lowest-numbered one; else the mask's channels are fenced.
+    * ``SIGNAL``: sends (device, semaphore) on ``sig``.
+    * ``WAIT``: waits until the semaphore reaches the count, then subtracts
+      it; while below, ``blocked`` is high, and ``quiesced`` stops the program
+      ``ABORTED`` / ``DEADLOCK`` (whatever ``step`` says: a blocked device
+      holds no grant).
+    * ``HALT``: waits until every channel is done, then stops ``HALTED``, or
+      ``FAULT`` (lowest faulted channel's cause).
+
+    ``unfenced`` marks the channels with a COPY issued (``issued``) since
+    their last FENCE (COMMIT refuses to run while any is). Semaphores count
+    incoming signals (``sig_in``, always ready) and saturate at the largest
+    count a WAIT can name.
+
+    Parameters
+    ----------
+    arch : :class:`hw.isa.ArchParams`
+
+    Interface attributes
+    --------------------
+    insn : ``In(stream.Signature(InstructionWord()))``
+    step : ``In(1)``
+        Lock-step permission to retire or stop.
+    stop : ``Out(stream.Signature(StopRequest()))``
+    blocked : ``Out(1)``
+    restart : ``In(1)``
+        A new run: semaphores and fences cleared.
+    quiesced : ``In(1)``
+    done : ``In(channels)``
+        From the feeder.
+    chan_status : ``In(ChannelStatus(arch)).array(channels)``
+    issued : ``In(channels)``
+        From COPY issue.
+    unfenced : ``Out(channels)``
+    sig : ``Out(stream.Signature(SignalMessage(arch)))``
+    sig_in : ``In(stream.Signature(sem_bits(arch)))``
+    semaphores : ``Out(semaphore_shape()).array(semaphores)``
+    """
+
+    def __init__(self, arch):
+        self._arch = arch
+        C = arch.channels
+        super().__init__({
+            "insn": In(stream.Signature(InstructionWord())),
+            "step": In(1),
+            "stop": Out(stream.Signature(StopRequest())),
+            "blocked": Out(1),
+            "restart": In(1),
+            "quiesced": In(1),
+            "done": In(C),
+            "chan_status": In(ChannelStatus(arch)).array(C),
+            "issued": In(C),
+            "unfenced": Out(C),
+            "sig": Out(stream.Signature(SignalMessage(arch))),
+            "sig_in": In(stream.Signature(sem_bits(arch))),
+            "semaphores": Out(semaphore_shape()).array(arch.semaphores),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self._arch.channels
+        w, step = self.insn.p, self.step
+        error = Signal(C)
+        m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
+
+        # semaphores: +1 per incoming signal, -count per satisfied WAIT
+        sem_dec = Signal.like(w.wait.count)
+        sem_val = Signal(semaphore_shape())
+        top = (1 << len(sem_val)) - 1
+        m.d.comb += self.sig_in.ready.eq(1)
+        for s, val in enumerate(self.semaphores):
+            inc = self.sig_in.valid & (self.sig_in.p == s)
+            nxt = val + inc - Mux(w.wait.sem == s, sem_dec, 0)
+            with m.If(self.restart):
+                m.d.sync += val.eq(0)
+            with m.Else():
+                m.d.sync += val.eq(Mux(nxt > top, top, nxt))
+            with m.If(w.wait.sem == s):
+                m.d.comb += sem_val.eq(val)
+
+        # fences
+        fmask = Signal(C)
+        m.d.comb += fmask.eq(Mux(w.fence.mask == 0, (1 << C) - 1, w.fence.mask[:C]))
+        fence_cause = first_fault_cause(m, fmask, self.chan_status)
+        all_cause = first_fault_cause(m, Const((1 << C) - 1, C), self.chan_status)
+        with m.If(self.restart):
+            m.d.sync += self.unfenced.eq(0)
+        with m.Elif(self.insn.valid & self.insn.ready & (w.opcode == Op.FENCE)):
+            m.d.sync += self.unfenced.eq((self.unfenced | self.issued) & ~fmask)
+        with m.Else():
+            m.d.sync += self.unfenced.eq(self.unfenced | self.issued)
+
+        m.d.comb += [self.sig.p.dev.eq(w.signal.dev), self.sig.p.sem.eq(w.signal.sem)]
+        stop = self.stop.p
+        with m.If(self.insn.valid):
+            with m.Switch(w.opcode):
+                with m.Case(Op.FENCE):
+                    with m.If(step & (self.done | ~fmask).all()):
+                        with m.If((fmask & error).any()):
+                            m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
+                                         stop.cause.eq(fence_cause)]
+                        with m.Else():
+                            m.d.comb += self.insn.ready.eq(1)
+                with m.Case(Op.SIGNAL):
+                    m.d.comb += [self.sig.valid.eq(step), self.insn.ready.eq(step & self.sig.ready)]
+                with m.Case(Op.WAIT):
+                    with m.If(sem_val >= w.wait.count):
+                        with m.If(step):
+                            m.d.comb += [self.insn.ready.eq(1), sem_dec.eq(w.wait.count)]
+                    with m.Else():
+                        m.d.comb += self.blocked.eq(1)
+                        with m.If(self.quiesced):
+                            m.d.comb += [self.stop.valid.eq(1),
+                                         stop.status.eq(StatusCode.ABORTED),
+                                         stop.cause.eq(CauseCode.DEADLOCK)]
+                with m.Case(Op.HALT):
+                    with m.If(step & self.done.all()):
+                        m.d.comb += self.stop.valid.eq(1)
+                        with m.If(error.any()):
+                            m.d.comb += [stop.status.eq(StatusCode.FAULT),
+                                         stop.cause.eq(all_cause)]
+                        with m.Else():
+                            m.d.comb += [stop.status.eq(StatusCode.HALTED),
+                                         stop.cause.eq(CauseCode.NONE)]
+        return m

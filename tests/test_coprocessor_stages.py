@@ -1,0 +1,510 @@
+# amaranth: UnusedElaboratable=no
+"""One test per coprocessor stage (hw/coprocessor/): its stream contract under
+random idle cycles and back-pressure (an offer that is not taken stays, with
+the same payload, until it is), and what it must deliver."""
+from __future__ import annotations
+
+import random
+
+from amaranth.hdl import ClockDomain, Module, Value
+from amaranth.lib import data
+
+from gen.simkit import run_simulation, stream_get, stream_put
+from hw.coprocessor.common import CauseCode, StatusCode
+from hw.coprocessor.counters import Counters
+from hw.coprocessor.decode import Decoder
+from hw.coprocessor.faults import FaultQueue
+from hw.coprocessor.feeder import DescriptorFeeder
+from hw.coprocessor.fetch import Fetch
+from hw.coprocessor.issue import CopyIssue
+from hw.coprocessor.mmu_cmd import MmuCommandUnit
+from hw.coprocessor.sequencer import UNIT_OPS, Sequencer
+from hw.coprocessor.sync import SyncUnit
+from hw.coprocessor.tracker import WriteTracker
+from hw.isa import FORMATS, ISA_VERSION, ArchParams, Cause, Op, Status, encode
+from hw.mmu import MmuOp
+
+PG = 256
+ARCH = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),
+                  tlb_entries=8, contexts=4, channels=3, semaphores=4, imem_words=16,
+                  addr_bits=20)
+V = encode(Op.VERSION, version=ISA_VERSION)
+
+
+def monitor(stream, log, name, *, unless=None):
+    """Background testbench: checks the stream contract and logs each transfer
+    (the payload as an integer). ``unless``: a signal that, while high, lets
+    the producer withdraw its offer (a flush)."""
+    async def mon(ctx):
+        held = None
+        async for _, _, valid, ready, payload, exempt in ctx.tick().sample(
+                stream.valid, stream.ready, Value.cast(stream.payload),
+                Value.cast(0 if unless is None else unless)):
+            if held is not None and not exempt:
+                assert valid and payload == held, f"{name}: an offer was withdrawn or changed"
+            held = payload if valid and not ready else None
+            if valid and ready:
+                log.append(payload)
+    return mon
+
+
+def code(x):
+    """An enum-shaped value read back from simulation, as an integer."""
+    return x.value if hasattr(x, "value") else int(x)
+
+
+def clocked(dut):
+    """A combinational stage with a ``sync`` domain, so that it can be clocked."""
+    m = Module()
+    m.domains.sync = ClockDomain()
+    m.submodules.dut = dut
+    return m
+
+
+def field(word, op, name):
+    f = next(f for f in FORMATS[op] if f.name == name)
+    return (word >> f.lsb) & f.mask
+
+
+def random_copy(rng, arch=ARCH, chan=None):
+    return encode(Op.COPY, chan=rng.randrange(arch.channels) if chan is None else chan,
+                  ctx=rng.randrange(arch.contexts), tag=rng.randrange(1 << 16),
+                  src=rng.randrange(1 << arch.addr_bits), dst=rng.randrange(1 << arch.addr_bits),
+                  row_bytes=rng.randrange(1 << 32), rows=rng.randrange(1 << 32),
+                  src_stride=rng.randrange(1 << 32), dst_stride=rng.randrange(1 << 32))
+
+
+# ------------------------------------------------------------------ fetch
+def test_fetch_streams_the_program_in_order_and_takes_host_writes_only_when_stopped():
+    rng = random.Random(1)
+    prog = [rng.getrandbits(256) for _ in range(10)]
+    dut = Fetch(16, prog)
+    seen = []
+
+    async def tb(ctx):
+        await stream_put(ctx, dut.imem_w, {"addr": 12, "data": 0x1234})     # stopped: taken
+        ctx.set(dut.rewind, 1)
+        await ctx.tick()
+        assert not ctx.get(dut.imem_w.ready)
+        ctx.set(dut.rewind, 0)
+        ctx.set(dut.run, 1)
+        for _ in range(13):
+            await stream_get(ctx, dut.insn, rng=rng, bp_prob=0.5)
+        assert not ctx.get(dut.imem_w.ready) and ctx.get(dut.pc) == 13
+
+    run_simulation(dut, [tb], [monitor(dut.insn, seen, "insn")])
+    words = prog + [0, 0, 0x1234]
+    assert [(v & 0x1f, v >> 5) for v in seen] == [(i, w) for i, w in enumerate(words)]
+
+
+# ------------------------------------------------------------------ decode
+def test_decoder_causes_match_the_golden_model():
+    from model.golden import GoldenSystem
+    rng = random.Random(2)
+    arch = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=ARCH.page_sizes, tlb_entries=8,
+                      contexts=4, channels=3, semaphores=4, imem_words=16, addr_bits=20)
+    words = []
+    for op in FORMATS:
+        for _ in range(6):
+            fields = {f.name: rng.choice([0, 1, rng.getrandbits(f.width), f.mask])
+                      for f in FORMATS[op]}
+            w = encode(op, **fields)
+            if rng.random() < 0.2:
+                w |= 1 << rng.randrange(8, 256)
+            words.append(w)
+    words += [0, 0x0b, 0xff]
+    cases = [(1, w) for w in words] + [(0, encode(Op.HALT)), (0, V), (16, V)]
+    expect = []
+    for pc, w in cases:
+        if pc == 16:
+            expect.append(int(Cause.PC_OVERFLOW))
+            continue
+        prog = [w, encode(Op.HALT)] if pc == 0 else [V, w, encode(Op.HALT)]
+        r = GoldenSystem(arch, [prog, [V, encode(Op.HALT)], [V, encode(Op.HALT)]],
+                         [bytes(arch.mem_bytes)] * 3).run()
+        illegal = r.status[0] is Status.ILLEGAL and r.cause[0] is not Cause.COMMIT_UNFENCED
+        expect.append(int(r.cause[0]) if illegal and r.pc[0] == pc else 0)
+    dut = Decoder(arch)
+    got = []
+
+    async def producer(ctx):
+        for pc, w in cases:
+            await stream_put(ctx, dut.i, {"pc": pc, "word": {"bits": w}}, rng=rng, idle_prob=0.3)
+
+    async def consumer(ctx):
+        for _ in cases:
+            p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
+            got.append(int(p.cause.value) if hasattr(p.cause, "value") else int(p.cause))
+
+    log = []
+    run_simulation(clocked(dut), [producer, consumer], [monitor(dut.o, log, "o")])
+    assert got == expect
+    assert any(expect) and not all(expect)
+
+
+# ------------------------------------------------------------------ sequencer
+def test_sequencer_dispatches_in_order_and_stops():
+    rng = random.Random(3)
+    dut = Sequencer(16)
+    ops = [Op.VERSION] + [rng.choice([op for ops in UNIT_OPS.values() for op in ops])
+                          for _ in range(40)]
+    words = [encode(op) for op in ops]
+    unit_of = {op: name for name, ops_ in UNIT_OPS.items() for op in ops_}
+    logs = {name: [] for name in UNIT_OPS}
+
+    async def tb(ctx):
+        ctx.set(dut.drained, 1)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        assert code(ctx.get(dut.status)) == StatusCode.RUNNING.value
+        await ctx.tick().until(dut.run)
+        for pc, w in enumerate(words):
+            await stream_put(ctx, dut.insn, {"pc": pc, "word": {"bits": w}, "cause": CauseCode.NONE},
+                             rng=rng, idle_prob=0.3)
+        # an illegal instruction stops the program where it is
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"pc": 7, "word": {"bits": 0x55}, "cause": CauseCode.BAD_OPCODE})
+        await ctx.tick()
+        ctx.set(dut.insn.valid, 0)
+        assert (code(ctx.get(dut.status)), code(ctx.get(dut.cause))) == (
+            StatusCode.ILLEGAL.value, CauseCode.BAD_OPCODE.value)
+        assert not ctx.get(dut.run)
+
+    def unit(name):
+        async def consume(ctx):
+            port = getattr(dut, name)
+            while True:
+                await stream_get(ctx, port, rng=rng, bp_prob=0.5)
+        return consume
+
+    run_simulation(dut, [tb], [unit(n) for n in UNIT_OPS]
+                   + [monitor(getattr(dut, n), logs[n], n) for n in UNIT_OPS])
+    for name in UNIT_OPS:
+        assert logs[name] == [w for op, w in zip(ops, words) if unit_of.get(op) == name]
+
+
+def test_sequencer_lock_step_one_instruction_per_grant():
+    dut = Sequencer(16)
+    acks = []
+
+    async def tb(ctx):
+        ctx.set(dut.drained, 1)
+        ctx.set(dut.step_mode, 1)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        await ctx.tick().until(dut.run)
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"pc": 0, "word": {"bits": V}, "cause": CauseCode.NONE})
+        for cycle in range(12):
+            ctx.set(dut.step_grant, cycle % 4 in (1, 2))
+            _, _, ack, taken = await ctx.tick().sample(dut.step_ack, dut.insn.ready)
+            acks.append((int(ack), int(taken)))
+
+    run_simulation(dut, [tb])
+    assert acks == [(0, 0), (1, 1), (0, 0), (0, 0)] * 3
+
+
+# ------------------------------------------------------------------ COPY issue
+def test_copy_issue_turns_copies_into_descriptors():
+    rng = random.Random(4)
+    dut = CopyIssue(ARCH)
+    words = [random_copy(rng) for _ in range(30)]
+    got, issued = [], []
+
+    async def producer(ctx):
+        for w in words:
+            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+
+    async def stepper(ctx):
+        # lock-step: a grant is held until the instruction at hand retires
+        while True:
+            if not (ctx.get(dut.step) and ctx.get(dut.insn.valid)):
+                ctx.set(dut.step, rng.random() < 0.7)
+            _, _, iss = await ctx.tick().sample(dut.issued)
+            if iss:
+                issued.append(iss)
+
+    async def consumer(ctx):
+        for _ in words:
+            p = await stream_get(ctx, dut.desc, rng=rng, bp_prob=0.4)
+            got.append({n: int(getattr(p, n)) for n in ("chan", "ctx", "tag", "src", "dst",
+                                                        "row_bytes", "rows", "src_stride",
+                                                        "dst_stride")})
+
+    run_simulation(clocked(dut), [producer, consumer], [stepper, monitor(dut.desc, [], "desc"),
+                                               monitor(dut.insn, [], "insn")])
+    assert got == [{n: field(w, Op.COPY, n) for n in got[0]} for w in words]
+    assert issued == [1 << field(w, Op.COPY, "chan") for w in words]
+
+
+# ------------------------------------------------------------------ feeder
+def test_feeder_per_channel_order_round_robin_and_dma_slots():
+    """A DMA model takes descriptors under random back-pressure and writes their
+    bytes in random beats; per channel the order is kept, and the feeder never
+    has more than two descriptors of a channel in the DMA that are not yet
+    fully written."""
+    rng = random.Random(5)
+    B = 4
+    dut = DescriptorFeeder(ARCH, data_width=8 * B, depth=4)
+    descs = [{"chan": rng.randrange(3), "ctx": 0, "tag": i, "src": 0, "dst": 0,
+              "row_bytes": rng.randrange(0, 13), "rows": rng.randrange(1, 3),
+              "src_stride": 0, "dst_stride": 0} for i in range(40)]
+    taken = {c: [] for c in range(3)}
+    pending = {c: [] for c in range(3)}      # accepted, bytes left
+    done = [0, 0, 0]
+
+    async def producer(ctx):
+        for d in descs:
+            await stream_put(ctx, dut.w, d, rng=rng, idle_prob=0.2)
+
+    async def dma(ctx):
+        while True:
+            ready = rng.random() < 0.6
+            ctx.set(dut.desc.ready, ready)
+            chans = [c for c in range(3) if pending[c]]
+            c = rng.choice(chans) if chans and rng.random() < 0.7 else None
+            if c is not None:
+                n = min(pending[c][0], rng.randrange(1, B + 1))
+                ctx.set(dut.beat.valid, n > 0)
+                ctx.set(dut.beat.chan, c)
+                ctx.set(dut.beat.be, (1 << n) - 1)
+            else:
+                ctx.set(dut.beat.valid, 0)
+            for ch in range(3):
+                ctx.set(dut.chan_status[ch].busy, bool(pending[ch]))
+                ctx.set(dut.chan_status[ch].done_count, done[ch])
+            _, _, valid, p = await ctx.tick().sample(dut.desc.valid, dut.desc.payload)
+            if c is not None:
+                pending[c][0] -= n
+                if pending[c][0] == 0:
+                    pending[c].pop(0)
+                    done[c] += 1
+            if valid and ready:
+                taken[p.chan].append(int(p.tag))
+                pending[p.chan].append(int(p.row_bytes) * int(p.rows))
+                assert len(pending[p.chan]) <= 2 or pending[p.chan][0] == 0
+
+    async def waiter(ctx):
+        while not (sum(len(v) for v in taken.values()) == len(descs) and ctx.get(dut.done) == 7):
+            await ctx.tick()
+
+    run_simulation(dut, [producer, waiter], [dma, monitor(dut.desc, [], "desc")])
+    for c in range(3):
+        assert taken[c] == [d["tag"] for d in descs if d["chan"] == c]
+
+
+def test_write_tracker_frees_a_slot_when_the_bytes_are_written():
+    rng = random.Random(6)
+    dut = WriteTracker(2, 16, 8)
+    sizes = [rng.randrange(0, 40) for _ in range(30)]
+
+    async def tb(ctx):
+        outstanding = []
+        it = iter(sizes)
+        nxt = next(it, None)
+        while nxt is not None or outstanding:
+            push = nxt is not None and rng.random() < 0.5
+            n = rng.randrange(0, 9) if outstanding else 0
+            n = min(n, sum(outstanding))
+            ctx.set(dut.taken.valid, push)
+            ctx.set(dut.taken.payload, nxt or 0)
+            ctx.set(dut.bytes, n)
+            _, _, ready = await ctx.tick().sample(dut.taken.ready)
+            assert bool(ready) == (len(outstanding) < 2)
+            if push and ready:
+                outstanding.append(nxt)
+                nxt = next(it, None)
+            while n and outstanding:                       # the model: oldest first
+                k = min(n, outstanding[0])
+                outstanding[0] -= k
+                n -= k
+                if outstanding[0] == 0:
+                    outstanding.pop(0)
+            while outstanding and outstanding[0] == 0:
+                outstanding.pop(0)
+            ctx.set(dut.taken.valid, 0)
+
+    run_simulation(dut, [tb])
+
+
+# ------------------------------------------------------------------ sync unit
+def test_sync_unit_signal_wait_fence_halt():
+    rng = random.Random(7)
+    dut = SyncUnit(ARCH)
+    prog = [encode(Op.SIGNAL, dev=d, sem=s) for d, s in [(1, 2), (2, 0), (0, 3)]]
+    prog += [encode(Op.WAIT, sem=1, count=3), encode(Op.FENCE, mask=0b010),
+             encode(Op.SIGNAL, dev=2, sem=1), encode(Op.HALT)]
+    sent = []
+    stops = []
+
+    async def tb(ctx):
+        ctx.set(dut.step, 1)
+        ctx.set(dut.done, 0b101)
+        ctx.set(dut.issued, 0b010)
+        await ctx.tick()
+        ctx.set(dut.issued, 0)
+        assert ctx.get(dut.unfenced) == 0b010
+        for w in prog[:3]:
+            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"bits": prog[3]})                         # WAIT sem=1 count=3
+        for _ in range(3):
+            await ctx.tick()
+            assert ctx.get(dut.blocked) and not ctx.get(dut.insn.ready)
+            await stream_put(ctx, dut.sig_in, 1)
+        await ctx.tick().until(dut.insn.ready)
+        ctx.set(dut.insn.p, {"bits": prog[4]})                         # FENCE chan 1: waits
+        await ctx.tick()
+        assert ctx.get(dut.semaphores[1]) == 0
+        for _ in range(3):
+            assert not ctx.get(dut.insn.ready)
+            await ctx.tick()
+        ctx.set(dut.done, 0b111)
+        await ctx.tick().until(dut.insn.ready)
+        ctx.set(dut.insn.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.unfenced) == 0
+        await stream_put(ctx, dut.insn, {"bits": prog[5]}, rng=rng, idle_prob=0.3)
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"bits": prog[6]})                         # HALT
+        _, _, v, p = await ctx.tick().sample(dut.stop.valid, dut.stop.payload)
+        stops.append((int(v), code(p.status), code(p.cause)))
+        ctx.set(dut.insn.valid, 0)
+
+    async def network(ctx):
+        while True:
+            p = await stream_get(ctx, dut.sig, rng=rng, bp_prob=0.5)
+            sent.append((int(p.dev), int(p.sem)))
+
+    run_simulation(dut, [tb], [network, monitor(dut.sig, [], "sig")])
+    assert sent == [(1, 2), (2, 0), (0, 3), (2, 1)]
+    assert stops == [(1, StatusCode.HALTED.value, CauseCode.NONE.value)]
+
+
+# ------------------------------------------------------------------ MMU command unit
+def test_mmu_command_unit_sends_commands_and_checks_commit():
+    rng = random.Random(8)
+    dut = MmuCommandUnit(ARCH)
+    words = [encode(Op.REMAP, ctx=1, size=1, perm=3, staged=1, dev=2, va=0x400, pa=0x800),
+             encode(Op.INVAL, ctx=2, size=0, staged=1, va=0x100),
+             encode(Op.INVAL, ctx=3, size=0, staged=0, va=0x200),
+             encode(Op.COMMIT, ctx=1)]
+    got = []
+
+    async def tb(ctx):
+        ctx.set(dut.step, 1)
+        ctx.set(dut.done, 0b011)                  # channel 2 busy: only the staged INVAL goes
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"bits": words[0]})
+        for _ in range(4):
+            await ctx.tick()
+            assert not ctx.get(dut.cmd.valid)
+        ctx.set(dut.insn.valid, 0)
+        await stream_put(ctx, dut.insn, {"bits": words[1]}, rng=rng, idle_prob=0.3)
+        ctx.set(dut.done, 0b111)
+        for w in (words[0], words[2]):
+            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+        ctx.set(dut.unfenced, 0b100)              # COMMIT after an unfenced COPY: illegal
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, {"bits": words[3]})
+        _, _, v, p = await ctx.tick().sample(dut.stop.valid, dut.stop.payload)
+        assert (v, code(p.status), code(p.cause)) == (1, StatusCode.ILLEGAL.value,
+                                                       CauseCode.COMMIT_UNFENCED.value)
+        ctx.set(dut.unfenced, 0)
+        ctx.set(dut.insn.valid, 0)
+        await stream_put(ctx, dut.insn, {"bits": words[3]}, rng=rng, idle_prob=0.3)
+
+    async def mmu(ctx):
+        while True:
+            p = await stream_get(ctx, dut.cmd, rng=rng, bp_prob=0.5)
+            got.append((code(p.op), int(p.ctx), int(p.staged), int(p.va), int(p.pa)))
+
+    flushes = []
+
+    async def flush_mon(ctx):
+        async for _, _, f in ctx.tick().sample(dut.flush):
+            if f:
+                flushes.append(1)
+
+    run_simulation(clocked(dut), [tb], [mmu, flush_mon, monitor(dut.cmd, [], "cmd")])
+    assert got == [(MmuOp.INVAL.value, 2, 1, 0x100, 0), (MmuOp.REMAP.value, 1, 1, 0x400, 0x800),
+                   (MmuOp.INVAL.value, 3, 0, 0x200, 0), (MmuOp.COMMIT.value, 1, 0, 0, 0)]
+    assert len(flushes) == 4
+
+
+# ------------------------------------------------------------------ counters
+def test_counters_count_bytes_per_channel_and_clear():
+    rng = random.Random(9)
+    dut = Counters(ARCH, data_width=32, counter_width=32)
+    want = [0, 0, 0]
+
+    async def tb(ctx):
+        ctx.set(dut.running, 1)
+        for _ in range(50):
+            c, be = rng.randrange(3), rng.randrange(16)
+            v = rng.random() < 0.7
+            ctx.set(dut.beat.valid, v)
+            ctx.set(dut.beat.chan, c)
+            ctx.set(dut.beat.be, be)
+            ctx.set(dut.issued, 1 << c if rng.random() < 0.2 else 0)
+            await ctx.tick()
+            want[c] += bin(be).count("1") if v else 0
+        ctx.set(dut.beat.valid, 0)
+        ctx.set(dut.issued, 0)
+        await ctx.tick()
+        assert [ctx.get(b) for b in dut.chan_bytes] == want
+        assert ctx.get(dut.cycles) == 51 and ctx.get(dut.descriptors) > 0
+        ctx.set(dut.committed, 1)
+        ctx.set(dut.commit_bytes, 4 * PG)
+        await ctx.tick()
+        ctx.set(dut.committed, 0)
+        ctx.set(dut.restart, 1)
+        assert ctx.get(dut.bytes_remapped) == 4 * PG
+        await ctx.tick()
+        assert [ctx.get(b) for b in dut.chan_bytes] == [0, 0, 0]
+        assert (ctx.get(dut.cycles), ctx.get(dut.descriptors), ctx.get(dut.bytes_remapped)) == (0, 0, 0)
+
+    run_simulation(dut, [tb])
+
+
+# ------------------------------------------------------------------ fault queue
+def test_fault_queue_keeps_order_and_flags_overflow():
+    rng = random.Random(10)
+    dut = FaultQueue(ARCH, depth=4)
+    recs = [{"chan": rng.randrange(3), "ctx": rng.randrange(4), "va": rng.randrange(1 << 20),
+             "cause": rng.randrange(1, 6)} for _ in range(20)]
+    log = []
+
+    async def producer(ctx):
+        for i, r in enumerate(recs):
+            while i - len(log) >= 3:                  # never more than the queue holds
+                await ctx.tick()
+            await stream_put(ctx, dut.w, r, rng=rng, idle_prob=0.6)
+        await ctx.tick().until(dut.empty)
+        assert not ctx.get(dut.overflow)
+        ctx.set(dut.w.valid, 1)                       # 8 records at once: 4 dropped
+        for r in recs[:8]:
+            ctx.set(dut.w.payload, r)
+            await ctx.tick()
+        ctx.set(dut.w.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.overflow)
+        ctx.set(dut.clear_overflow, 1)
+        ctx.set(dut.flush, 1)
+        await ctx.tick().until(dut.empty)
+        ctx.set(dut.clear_overflow, 0)
+        ctx.set(dut.flush, 0)
+        assert not ctx.get(dut.overflow)
+
+    async def host(ctx):
+        for _ in recs:
+            await stream_get(ctx, dut.r, rng=rng, bp_prob=0.5)
+
+    run_simulation(dut, [producer, host], [monitor(dut.r, log, "r", unless=dut.flush)])
+    assert len(log) >= len(recs)
+    layout = dut.r.payload.shape()
+    got = [data.Const(layout, v) for v in log[:len(recs)]]
+    assert [(g.chan, g.ctx, g.va, code(g.cause)) for g in got] == \
+        [(r["chan"], r["ctx"], r["va"], r["cause"]) for r in recs]
