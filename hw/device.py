@@ -1,63 +1,202 @@
-"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
+r"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
 
 ::
 
-                 +-------------------------------------------------+
-     host -----> | HostPort --> Coprocessor --desc--> DMA --rd--> BankedMemory
-                 |                  |  \\--cmd--> MMU <--xlat--/ |   ^     ^
-                 |                  sig          wr: local ------+---/     |
-                 |                   \\          wr: remote -> out FIFO --> net_out
-     net_in -----+--- write -> memory write port 1, ack -> ack_out         |
-                 |--- signal -> semaphores              ack_in -> DMA wr_ack
-                 +-------------------------------------------------+
+              +--------------------------------------------------------------+
+   host ----> | HostPort --imem/regs--> Coprocessor --desc--> DMA --rd--> BankedMemory
+              |    |  \--mem window----------------------------------------> (ports r1, w2)
+              |    \--tlb read-back--> MMU <--cmd--/   |  \--xlat--> MMU     ^  ^
+              |                          \--> CommitBytes --> Coprocessor    |  |
+              |                 Coprocessor --sig--+   DMA --wr--+           |  |
+              |                                    v             v           |  |
+              |              NetworkPort: local beats ---------------------> w0  |
+              |                           remote beats, signals -> queues --------> net_out[j]
+   net_in --> |                           incoming writes -------------------> w1, acks -> ack_out
+              |                           incoming signals -> Coprocessor.sig_in
+   ack_in --> |                           acks -> DMA wr_ack (local first)
+              +--------------------------------------------------------------+
 
-Local write beats (``dev`` = this device) go straight into memory write port
-0 and are acknowledged in the same cycle; remote beats and SIGNAL messages
-leave through a FIFO on ``net_out``. Incoming remote beats are written into
-memory write port 1 and acknowledged on ``ack_out`` in the cycle they are
-accepted (so an ack means "visible"). Acks of this device's remote writes
-arrive on ``ack_in`` and share the DMA's ``wr_ack`` with local acks (local
-first).
+:class:`NetworkPort` routes the DMA's write beats (local ones straight into
+memory write port 0, acknowledged in the same cycle; remote ones and SIGNALs
+through one queue per destination) and serves the network side (incoming
+beats into write port 1, acknowledged when accepted, so an ack means
+"visible"). :class:`CommitBytes` sums the local staged pages of the context a
+COMMIT activates (the coprocessor's ``bytes_remapped``). The MMU's own fault
+queue is not used: the DMA's fault records (with their channel) are the ones
+the coprocessor keeps.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
 
-from .coprocessor import Coprocessor, StatusCode
-from .dma import DMA
+from .coprocessor import Coprocessor, SignalMessage, StatusCode
+from .coprocessor.counters import commit_bytes_shape
+from .dma import DMA, DmaWrite
 from .hostport import ADDR_WIDTH, AxiLiteSignature, HostPort
 from .interconnect import NetAck, NetKind, NetRequest
 from .isa import ArchParams
-from .lib import check_bus_width
-from .memory import BankedMemory
-from .mmu import MMU
+from .lib import Queue, chan_bits, check_bus_width, ctx_bits, page_bytes, sem_bits
+from .memory import BankedMemory, WritePortSignature
+from .mmu import MMU, TlbEntry
 
-__all__ = ["Device"]
+__all__ = ["Device", "CommitBytes", "NetworkPort"]
 
 
-class _CommitBytes(Elaboratable):
-    """Sum of the page sizes of the valid staged entries of context ``ctx``
-    that map memory of device ``me`` (the zero-copy bytes a COMMIT activates)."""
+class CommitBytes(wiring.Component):
+    """The zero-copy bytes a COMMIT of context ``ctx`` makes active: the sum of
+    the page sizes of the valid staged TLB entries of ``ctx`` that map memory
+    of this device (decoded with :func:`hw.lib.page_bytes`).
 
-    def __init__(self, arch, me, entries, ctx):
-        self.arch, self.me, self.entries, self.ctx = arch, me, entries, ctx
-        self.total = Signal(48)
+    Parameters
+    ----------
+    arch : :class:`hw.isa.ArchParams`
+    local_dev : int
+        This device's number.
+
+    Interface attributes
+    --------------------
+    entries : ``In(TlbEntry(arch)).array(tlb_entries)``
+        The TLB.
+    ctx : ``In(ctx bits)``
+    total : ``Out(commit_bytes_shape(arch))``
+    """
+
+    def __init__(self, arch, local_dev):
+        self._arch = arch
+        self._local_dev = local_dev
+        super().__init__({
+            "entries": In(TlbEntry(arch)).array(arch.tlb_entries),
+            "ctx": In(ctx_bits(arch)),
+            "total": Out(commit_bytes_shape(arch)),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        ps = self.arch.page_sizes
-        terms = []
-        for e in self.entries:
-            size_bytes = Mux(e.size[1], Mux(e.size[0], ps[3], ps[2]), Mux(e.size[0], ps[1], ps[0]))
-            terms.append(Mux(e.valid & e.staged & (e.ctx == self.ctx) & (e.dev == self.me),
-                             size_bytes, 0))
-        total = terms[0]
-        for t in terms[1:]:
-            total = total + t
-        m.d.comb += self.total.eq(total)
+        terms = [Mux(e.valid & e.staged & (e.ctx == self.ctx) & (e.dev == self._local_dev),
+                     page_bytes(self._arch.page_sizes, e.size), 0)
+                 for e in self.entries]
+        m.d.comb += self.total.eq(sum(terms))
+        return m
+
+
+class NetworkPort(wiring.Component):
+    """A device's port on the interconnect, and where its DMA's writes go.
+
+    * Outgoing: a DMA write beat for this device (``dev`` = ``local_dev``)
+      goes straight into memory (``local_w``, always ready) and is
+      acknowledged in the same cycle; a beat for another device, and every
+      SIGNAL from the coprocessor (write beats first), goes into the queue of
+      its destination, leaving on ``net_out[dst]``. The queue to this device
+      carries only SIGNALs.
+    * Acks to the DMA (``wr_ack``, one a cycle): local beats first; acks of
+      remote beats (``ack_in``) wait in a queue, so that a burst of local
+      writes never holds up the interconnect.
+    * Incoming (``net_in``): write beats go into memory (``remote_w``) and
+      are acknowledged (``ack_out``, through a small queue) when accepted, so
+      an ack means "visible"; SIGNALs go to ``sig_in``.
+
+    Parameters
+    ----------
+    arch : :class:`hw.isa.ArchParams`
+    local_dev : int
+    data_width : int
+    net_depth : int
+        Depth of each outgoing per-destination queue.
+    ack_depth : int
+        Depth of the queue of incoming acks.
+
+    Interface attributes
+    --------------------
+    wr : ``In(stream.Signature(DmaWrite(...)))``
+        The DMA's write beats.
+    wr_ack : ``Out(stream.Signature(chan bits))``
+        To the DMA, which takes one every cycle.
+    sig : ``In(stream.Signature(SignalMessage(arch)))``
+    sig_in : ``Out(stream.Signature(sem bits))``
+        To the coprocessor (always ready).
+    local_w, remote_w : ``Out(WritePortSignature(...))``
+        Memory write ports (always ready).
+    net_out, net_in, ack_out, ack_in
+        As the :class:`Device`'s.
+    idle : ``Out(1)``
+        Every outgoing queue is empty.
+    """
+
+    def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth):
+        self._arch, self._local_dev = arch, local_dev
+        self._net_depth, self._ack_depth = net_depth, ack_depth
+        C, D = arch.channels, arch.devices
+        mem_addr = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
+        self._request = NetRequest(arch, data_width, C)
+        self._ack = NetAck(arch, C)
+        req, ack = stream.Signature(self._request), stream.Signature(self._ack)
+        super().__init__({
+            "wr": In(stream.Signature(DmaWrite(arch, data_width, C))),
+            "wr_ack": Out(stream.Signature(chan_bits(C))),
+            "sig": In(stream.Signature(SignalMessage(arch))),
+            "sig_in": Out(stream.Signature(sem_bits(arch))),
+            "local_w": Out(WritePortSignature(mem_addr, data_width)),
+            "remote_w": Out(WritePortSignature(mem_addr, data_width)),
+            "net_out": Out(req).array(D),
+            "net_in": In(req),
+            "ack_out": Out(ack),
+            "ack_in": In(ack),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        me, D = self._local_dev, self._arch.devices
+        wr, nin = self.wr, self.net_in
+        # outgoing: local beats into memory, remote beats and signals into queues
+        local, remote = Signal(), Signal()
+        m.d.comb += [local.eq(wr.valid & (wr.p.dev == me)), remote.eq(wr.valid & (wr.p.dev != me))]
+        m.d.comb += [self.local_w.valid.eq(local), self.local_w.p.addr.eq(wr.p.addr),
+                     self.local_w.p.data.eq(wr.p.data), self.local_w.p.be.eq(wr.p.be)]
+        msg = Signal(self._request)
+        with m.If(remote):
+            m.d.comb += [msg.dst.eq(wr.p.dev), msg.kind.eq(NetKind.WRITE), msg.chan.eq(wr.p.chan),
+                         msg.addr.eq(wr.p.addr), msg.data.eq(wr.p.data), msg.be.eq(wr.p.be)]
+        with m.Else():
+            m.d.comb += [msg.dst.eq(self.sig.p.dev), msg.kind.eq(NetKind.SIGNAL),
+                         msg.sem.eq(self.sig.p.sem)]
+        queued, empty = Signal(), Signal(D)
+        for j in range(D):
+            q = Queue(self._request, 4 if j == me else self._net_depth)
+            m.submodules[f"out{j}"] = q
+            wiring.connect(m, q.r, wiring.flipped(self.net_out[j]))
+            m.d.comb += [q.w.payload.eq(msg),
+                         q.w.valid.eq((remote | self.sig.valid) & (msg.dst == j)),
+                         empty[j].eq(q.level == 0)]
+            with m.If(msg.dst == j):
+                m.d.comb += queued.eq(q.w.ready)
+        m.d.comb += [wr.ready.eq((wr.p.dev == me) | queued),
+                     self.sig.ready.eq(~remote & queued),
+                     self.idle.eq(empty.all())]
+        # acks to the DMA: a local beat's at once, else a remote one's
+        m.submodules.acks_in = acks = Queue(len(self.ack_in.p.chan), self._ack_depth)
+        m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
+                     self.ack_in.ready.eq(acks.w.ready),
+                     self.wr_ack.valid.eq(local | acks.r.valid),
+                     self.wr_ack.p.eq(Mux(local, wr.p.chan, acks.r.payload)),
+                     acks.r.ready.eq(~local & self.wr_ack.ready)]
+        # incoming: writes into memory, acked when accepted; signals
+        m.submodules.acks_out = acks_out = Queue(self._ack, 4)
+        wiring.connect(m, acks_out.r, wiring.flipped(self.ack_out))
+        is_write = Signal()
+        m.d.comb += [
+            is_write.eq(nin.p.kind == NetKind.WRITE),
+            acks_out.w.valid.eq(nin.valid & is_write),
+            acks_out.w.p.dst.eq(nin.p.src), acks_out.w.p.chan.eq(nin.p.chan),
+            self.remote_w.valid.eq(nin.valid & is_write & acks_out.w.ready),
+            self.remote_w.p.addr.eq(nin.p.addr), self.remote_w.p.data.eq(nin.p.data),
+            self.remote_w.p.be.eq(nin.p.be),
+            self.sig_in.valid.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem),
+            nin.ready.eq(Mux(is_write, acks_out.w.ready, self.sig_in.ready)),
+        ]
         return m
 
 
@@ -175,45 +314,61 @@ class Device(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         arch = self._arch
-        me = self._index
         m.submodules.mem = mem = self.mem
         m.submodules.mmu = mmu = self.mmu
         m.submodules.dma = dma = self.dma
         m.submodules.cop = cop = self.cop
         m.submodules.hostport = hp = self.hostport
+        m.submodules.net = net = NetworkPort(arch, local_dev=self._index,
+                                             data_width=self._data_width,
+                                             net_depth=self._net_depth, ack_depth=self._ack_depth)
+        m.submodules.commit_bytes = cb = CommitBytes(arch, self._index)
 
-        # The glue is split into small modules by what changes together: the
-        # simulator re-evaluates a module's whole combinational logic when any
-        # of its inputs changes, so one big glue module would run many times
-        # a cycle for nothing.
-        def glue(name):
-            g = Module()
-            m.submodules[name] = g
-            return g
+        # host port: registers, instruction memory, windows onto data memory and the TLB
+        wiring.connect(m, wiring.flipped(self.host), hp.bus)
+        wiring.connect(m, hp.imem_w, cop.imem_w)
+        wiring.connect(m, cop.fault_rd, hp.fault_rd)
+        wiring.connect(m, hp.mem_w, mem.write[2])
+        wiring.connect(m, hp.mem_r, mem.read[1])
+        m.d.comb += [
+            hp.status.eq(cop.status), hp.cause.eq(cop.cause), hp.pc.eq(cop.pc),
+            hp.fault_overflow.eq(cop.fault_overflow), hp.cycles.eq(cop.cycles),
+            hp.descriptors.eq(cop.descriptors), hp.bytes_remapped.eq(cop.bytes_remapped),
+            mmu.tlb_index.eq(hp.tlb_index), hp.tlb_entry.eq(mmu.tlb_entry),
+        ]
+        m.d.comb += [hp.chan_bytes[c].eq(cop.chan_bytes[c]) for c in range(arch.channels)]
 
-        # host port <-> coprocessor
-        g = glue("glue_host")
-        wiring.connect(g, wiring.flipped(self.host), hp.bus)
-        wiring.connect(g, hp.imem_w, cop.imem_w)
-        wiring.connect(g, cop.fault_rd, hp.fault_rd)
-        g.d.comb += [hp.status.eq(cop.status), hp.cause.eq(cop.cause), hp.pc.eq(cop.pc),
-                     hp.fault_overflow.eq(cop.fault_overflow), hp.cycles.eq(cop.cycles),
-                     hp.descriptors.eq(cop.descriptors), hp.bytes_remapped.eq(cop.bytes_remapped)]
-        g.d.comb += [hp.chan_bytes[c].eq(cop.chan_bytes[c]) for c in range(arch.channels)]
-        # the host's window onto data memory and the TLB (loading images, reading results)
-        wiring.connect(g, hp.mem_w, mem.write[2])
-        wiring.connect(g, hp.mem_r, mem.read[1])
-        g.d.comb += [mmu.tlb_index.eq(hp.tlb_index), hp.tlb_entry.eq(mmu.tlb_entry)]
+        # coprocessor: descriptors and status to and from the DMA, commands to the MMU
+        wiring.connect(m, cop.desc, dma.desc)
+        wiring.connect(m, dma.fault, cop.dma_fault)
+        wiring.connect(m, cop.mmu_cmd, mmu.cmd)
+        m.d.comb += [cop.chan_status[c].eq(dma.status[c]) for c in range(arch.channels)]
+        m.d.comb += [
+            dma.clear.eq(cop.dma_clear), dma.flush.eq(cop.dma_flush),
+            cop.beat.valid.eq(dma.wr.valid & dma.wr.ready),
+            cop.beat.chan.eq(dma.wr.p.chan), cop.beat.be.eq(dma.wr.p.be),
+            cb.ctx.eq(cop.commit_ctx), cop.commit_bytes.eq(cb.total),
+        ]
+        m.d.comb += [cb.entries[i].eq(e) for i, e in enumerate(mmu.entries)]
 
-        # coprocessor <-> DMA, MMU, system
-        g = glue("glue_ctl")
-        wiring.connect(g, cop.desc, dma.desc)
-        wiring.connect(g, cop.mmu_cmd, mmu.cmd)
-        wiring.connect(g, dma.fault, cop.dma_fault)
-        g.d.comb += [
-            dma.clear.eq(cop.dma_clear),
-            dma.flush.eq(cop.dma_flush),
-            cop.mmu_idle.eq(mmu.idle),
+        # DMA: translation, reads, writes (through the network port)
+        wiring.connect(m, dma.xlat_req, mmu.req)
+        wiring.connect(m, mmu.rsp, dma.xlat_rsp)
+        wiring.connect(m, dma.rd, mem.read[0])
+        wiring.connect(m, dma.wr, net.wr)
+        wiring.connect(m, net.wr_ack, dma.wr_ack)
+        wiring.connect(m, net.local_w, mem.write[0])
+        wiring.connect(m, net.remote_w, mem.write[1])
+        wiring.connect(m, cop.sig, net.sig)
+        wiring.connect(m, net.sig_in, cop.sig_in)
+        for j in range(arch.devices):
+            wiring.connect(m, net.net_out[j], wiring.flipped(self.net_out[j]))
+        wiring.connect(m, wiring.flipped(self.net_in), net.net_in)
+        wiring.connect(m, net.ack_out, wiring.flipped(self.ack_out))
+        wiring.connect(m, wiring.flipped(self.ack_in), net.ack_in)
+
+        # system control
+        m.d.comb += [
             cop.start.eq(self.start | hp.start),
             cop.quiesced.eq(self.quiesced),
             cop.step_mode.eq(self.step_mode),
@@ -221,117 +376,6 @@ class Device(wiring.Component):
             self.step_ack.eq(cop.step_ack),
             self.running.eq(cop.status == StatusCode.RUNNING),
             self.stuck.eq((cop.status != StatusCode.RUNNING) | cop.blocked),
-            mmu.fault.ready.eq(1),          # the DMA's records (with channel) are the ones kept
-            mmu.fault_clear.eq(0),
+            self.quiet.eq(cop.copies_done & mmu.idle & net.idle),
         ]
-        g = glue("glue_status")
-        for c in range(arch.channels):
-            g.d.comb += cop.chan_status[c].eq(dma.status[c])
-
-        # DMA <-> MMU, memory read port
-        g = glue("glue_xlat")
-        # the request payload is zeroed while not valid (a don't-care): the MMU's
-        # large lookup logic then changes only around translations in simulation
-        g.d.comb += [
-            mmu.req.valid.eq(dma.xlat_req.valid),
-            mmu.req.payload.eq(Mux(dma.xlat_req.valid, dma.xlat_req.payload, 0)),
-            dma.xlat_req.ready.eq(mmu.req.ready),
-        ]
-        wiring.connect(g, mmu.rsp, dma.xlat_rsp)
-        g = glue("glue_rd")
-        wiring.connect(g, dma.rd, mem.read[0])
-
-        # zero-copy bytes of a COMMIT (own module: recomputed only when the TLB changes)
-        m.submodules.commit_bytes = cb = _CommitBytes(arch, me, mmu.entries, cop.commit_ctx)
-        g = glue("glue_commit")
-        g.d.comb += cop.commit_bytes.eq(cb.total)
-
-        # DMA write beats: local into memory port 0, remote into the outgoing FIFO
-        g = glue("glue_wr")
-        wr = dma.wr
-        local = Signal()
-        local_fire = Signal()
-        g.d.comb += [local.eq(wr.p.dev == me), local_fire.eq(wr.valid & local)]
-        g.d.comb += [
-            mem.write[0].valid.eq(local_fire),
-            mem.write[0].p.addr.eq(wr.p.addr),
-            mem.write[0].p.data.eq(wr.p.data),
-            mem.write[0].p.be.eq(wr.p.be),
-            cop.beat_valid.eq(wr.valid & wr.ready),
-            cop.beat_chan.eq(wr.p.chan),
-            cop.beat_be.eq(wr.p.be),
-        ]
-        layout = NetRequest(arch, self._data_width, arch.channels)
-        D = arch.devices
-        voqs = []
-        for j in range(D):
-            # one queue per destination; the one to this device carries only SIGNALs
-            q = SyncFIFOBuffered(width=layout.size, depth=4 if j == me else self._net_depth)
-            m.submodules[f"voq{j}"] = q
-            voqs.append(q)
-        msg = Signal(layout)
-        remote_v = Signal()
-        g.d.comb += remote_v.eq(wr.valid & ~local)
-        with g.If(remote_v):
-            g.d.comb += [msg.dst.eq(wr.p.dev), msg.kind.eq(NetKind.WRITE), msg.chan.eq(wr.p.chan),
-                         msg.addr.eq(wr.p.addr), msg.data.eq(wr.p.data), msg.be.eq(wr.p.be)]
-        with g.Else():
-            g.d.comb += [msg.dst.eq(cop.sig.p.dev), msg.kind.eq(NetKind.SIGNAL),
-                         msg.sem.eq(cop.sig.p.sem)]
-        w_ready = Signal()
-        for j, q in enumerate(voqs):
-            g.d.comb += [q.w_stream.payload.eq(msg),
-                         q.w_stream.valid.eq((remote_v | cop.sig.valid) & (msg.dst == j))]
-            with g.If(msg.dst == j):
-                g.d.comb += w_ready.eq(q.w_stream.ready)
-        g.d.comb += [
-            wr.ready.eq(local | w_ready),
-            cop.sig.ready.eq(~remote_v & w_ready),
-        ]
-        # acks: local beats are visible when accepted; remote ones when acked. The
-        # DMA takes one ack a cycle, local ones first: remote acks wait in a FIFO so
-        # that a burst of local writes never holds up the interconnect.
-        m.submodules.ack_fifo = afifo = SyncFIFOBuffered(width=len(self.ack_in.p.chan),
-                                                         depth=self._ack_depth)
-        g.d.comb += [
-            dma.wr_ack.valid.eq(local_fire | afifo.r_stream.valid),
-            dma.wr_ack.p.eq(Mux(local_fire, wr.p.chan, afifo.r_stream.payload)),
-            afifo.r_stream.ready.eq(~local_fire),
-        ]
-        g = glue("glue_ack")
-        g.d.comb += [
-            afifo.w_stream.valid.eq(self.ack_in.valid),
-            afifo.w_stream.payload.eq(self.ack_in.p.chan),
-            self.ack_in.ready.eq(afifo.w_stream.ready),
-        ]
-        for j, q in enumerate(voqs):
-            g = glue(f"glue_out{j}")
-            wiring.connect(g, q.r_stream, wiring.flipped(self.net_out[j]))
-
-        # incoming: writes into memory port 1 (acked when accepted), signals
-        m.submodules.ack_out_fifo = aofifo = SyncFIFOBuffered(width=NetAck(arch, arch.channels).size,
-                                                              depth=4)
-        g = glue("glue_in")
-        nin = self.net_in
-        is_write = Signal()
-        ack = Signal(NetAck(arch, arch.channels))
-        g.d.comb += [is_write.eq(nin.p.kind == NetKind.WRITE),
-                     ack.dst.eq(nin.p.src), ack.chan.eq(nin.p.chan)]
-        g.d.comb += [
-            mem.write[1].valid.eq(nin.valid & is_write & aofifo.w_stream.ready),
-            mem.write[1].p.addr.eq(nin.p.addr),
-            mem.write[1].p.data.eq(nin.p.data),
-            mem.write[1].p.be.eq(nin.p.be),
-            aofifo.w_stream.valid.eq(nin.valid & is_write),
-            aofifo.w_stream.payload.eq(ack),
-            cop.sig_in.valid.eq(nin.valid & ~is_write),
-            cop.sig_in.p.eq(nin.p.sem),
-            nin.ready.eq(Mux(is_write, aofifo.w_stream.ready, 1)),
-        ]
-        g = glue("glue_ack_out")
-        wiring.connect(g, aofifo.r_stream, wiring.flipped(self.ack_out))
-
-        g = glue("glue_quiet")
-        g.d.comb += self.quiet.eq(cop.copies_done & mmu.idle
-                                  & Cat(*[q.level == 0 for q in voqs]).all())
         return m
