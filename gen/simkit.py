@@ -140,7 +140,6 @@ class DmaHarness(Elaboratable):
             dma.xlat_rsp.valid.eq(mmu.rsp.valid & self.gate_rsp),
             dma.xlat_rsp.payload.eq(mmu.rsp.payload),
             mmu.rsp.ready.eq(dma.xlat_rsp.ready & self.gate_rsp),
-            mmu.fault.ready.eq(1),
         ]
         if self.memory:
             m.submodules.mem = mem = self.mem

@@ -13,29 +13,60 @@ the golden model exactly:
 * A translation of ``va`` in context ``c`` uses the valid, non-staged entries
   of ``c`` containing ``va``; the lowest-numbered one wins.
 
-Translation is a three-register pipeline (request, lookup, response) that
-accepts one request per cycle and never inserts bubbles; the TLB is read at
-exactly one clock edge per translation (request -> lookup), so each
-translation sees either the state before or after any command, never a mix.
-A request accepted at edge *t* is answered (``rsp.valid``) in the cycle after
-edge *t+1*: two cycles from request to response, hit or fault alike.
+The block diagram is its composition::
+
+    req --> MatchStage --> SelectStage --> CheckStage --> rsp
+            (request reg,   (lowest-index    (permissions,
+             hit vector)     entry's fields)  range, pa)
+                 ^               ^
+                 +--- entries ---+---- CommandUnit <-- cmd      (idle)
+                 hold <------------- fields_write / fields_free
+
+Translation is a three-register pipeline (request, hit vector, selected
+entry) that accepts one request per cycle and never inserts bubbles on hits
+or misses: a request accepted at edge *t* has its hit vector computed from
+the TLB and registered at edge *t+1*, the winning entry's fields registered
+at edge *t+2*, and is answered (``rsp.valid``) in the cycle after edge *t+2*:
+**three cycles from request to response**, hit or fault alike (two before
+the match and the priority were split for timing). The pipeline stalls as a
+whole while ``rsp`` is not ready.
+
+Each translation sees either the state before or after any command, never a
+mix: the hit vector reads the entries' ``valid``, ``staged``, ``ctx``,
+``size`` and ``vpn`` at one edge, the fields (``perm``, ``dev``, ``ppn``,
+``size``) are read at a later edge. ``INVAL`` and ``COMMIT`` change only
+``valid`` and ``staged``, which the select stage does not read, so a
+translation they overtake between the two edges sees the state before them.
+``REMAP`` also writes fields, so it executes only at an edge where no hit
+vector is waiting for its fields (``fields_free``) and holds the request
+register from loading a new one (``hold``): under a continuous translation
+stream a REMAP costs one bubble, INVAL and COMMIT none.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Cat, Const, Mux
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
-from .isa import ArchParams, Cause, Op
-from .lib import ctx_bits, dev_bits
+from .isa import ArchParams, Cause, Op, PERM_R, PERM_W, field_of
+from .lib import ctx_bits, dev_bits, page_offset_mask
 
 __all__ = ["TranslateCause", "MmuOp", "translate_request", "translate_response",
-           "MmuCommand", "FaultRecord", "TlbEntry", "MMU"]
+           "MmuCommand", "TlbEntry", "TlbMatch", "TlbSelection", "MatchStage",
+           "SelectStage", "CheckStage", "CommandUnit", "MMU"]
 
 
-class TranslateCause(enum.Enum, shape=3):
+#: The translation causes, as :class:`hw.isa.Cause` values.
+_TRANSLATE_CAUSES = (Cause.NONE, Cause.NOT_MAPPED, Cause.NO_READ, Cause.NO_WRITE,
+                     Cause.REMOTE_READ, Cause.OUT_OF_RANGE)
+#: The ISA fields an MMU command and a TLB entry carry, with their widths.
+SIZE_BITS = field_of(Op.REMAP, "size").width
+PERM_BITS = field_of(Op.REMAP, "perm").width
+STAGED_BITS = field_of(Op.REMAP, "staged").width
+
+
+class TranslateCause(enum.Enum, shape=bits_for(max(_TRANSLATE_CAUSES))):
     """Translation fault causes; the values are those of :class:`hw.isa.Cause`."""
     NONE = int(Cause.NONE)
     NOT_MAPPED = int(Cause.NOT_MAPPED)
@@ -45,7 +76,7 @@ class TranslateCause(enum.Enum, shape=3):
     OUT_OF_RANGE = int(Cause.OUT_OF_RANGE)
 
 
-class MmuOp(enum.Enum, shape=4):
+class MmuOp(enum.Enum, shape=bits_for(max(Op.REMAP, Op.INVAL, Op.COMMIT))):
     """MMU command opcodes; the values are the ISA opcodes (:class:`hw.isa.Op`)."""
     REMAP = int(Op.REMAP)
     INVAL = int(Op.INVAL)
@@ -86,22 +117,12 @@ class MmuCommand(data.StructLayout):
         super().__init__({
             "op": MmuOp,
             "ctx": ctx_bits(arch),
-            "size": 2,
-            "perm": 2,
-            "staged": 1,
+            "size": SIZE_BITS,
+            "perm": PERM_BITS,
+            "staged": STAGED_BITS,
             "dev": dev_bits(arch),
             "va": arch.addr_bits,
             "pa": arch.addr_bits,
-        })
-
-
-class FaultRecord(data.StructLayout):
-    """A translation fault: context, virtual address and cause."""
-    def __init__(self, arch):
-        super().__init__({
-            "ctx": ctx_bits(arch),
-            "va": arch.addr_bits,
-            "cause": TranslateCause,
         })
 
 
@@ -111,14 +132,348 @@ class TlbEntry(data.StructLayout):
         pn = arch.addr_bits - exact_log2(arch.page_sizes[0])
         super().__init__({
             "valid": 1,
-            "staged": 1,
+            "staged": STAGED_BITS,
             "ctx": ctx_bits(arch),
-            "size": 2,
-            "perm": 2,
+            "size": SIZE_BITS,
+            "perm": PERM_BITS,
             "dev": dev_bits(arch),
             "vpn": pn,
             "ppn": pn,
         })
+
+
+def _page_numbers(arch):
+    """(in-page bits of the smallest page, width of a page number)."""
+    p0_bits = exact_log2(arch.page_sizes[0])
+    return p0_bits, arch.addr_bits - p0_bits
+
+
+def _offset_mask(arch, size):
+    """Bits of a page number (smallest-page units) that lie inside a page of ``size``."""
+    _, pn = _page_numbers(arch)
+    return page_offset_mask(arch.page_sizes, size, unit=arch.page_sizes[0], width=pn)
+
+
+def _check_arch(arch):
+    if not isinstance(arch, ArchParams):
+        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+
+
+def _check_tag_width(tag_width):
+    if not isinstance(tag_width, int) or isinstance(tag_width, bool) or not 0 <= tag_width <= 16:
+        raise ValueError(f"Tag width must be an integer in 0..16, not {tag_width!r}")
+
+
+def TlbMatch(arch, tag_width):
+    """Layout between the match and select stages: the request and its hit
+    vector (bit ``i``: entry ``i`` translates it)."""
+    return data.StructLayout({
+        "req": translate_request(arch, tag_width),
+        "hits": arch.tlb_entries,
+    })
+
+
+def TlbSelection(arch, tag_width):
+    """Layout between the select and check stages: the request, whether some
+    entry hit, and the lowest-index hit entry's ``perm``, ``dev``, ``size``, ``ppn``."""
+    _, pn = _page_numbers(arch)
+    return data.StructLayout({
+        "req": translate_request(arch, tag_width),
+        "hit": 1,
+        "perm": PERM_BITS,
+        "dev": dev_bits(arch),
+        "size": SIZE_BITS,
+        "ppn": pn,
+    })
+
+
+def _pipeline_register(m, i, o, value, *, hold=0):
+    """``o`` is a register stage after ``i``: it loads ``value`` (computed from
+    ``i.payload``) whenever it is empty or being emptied, unless ``hold``."""
+    load = Signal()
+    m.d.comb += [load.eq(~o.valid | o.ready), i.ready.eq(load & ~hold)]
+    with m.If(load):
+        m.d.sync += [o.valid.eq(i.valid & ~hold), o.payload.eq(value)]
+
+
+class _LookupStage(wiring.Component):
+    """Common constructor of the stages that read the TLB."""
+
+    def __init__(self, arch, tag_width, members):
+        _check_arch(arch)
+        _check_tag_width(tag_width)
+        self._arch = arch
+        self._tag_width = tag_width
+        super().__init__({"entries": In(TlbEntry(arch)).array(arch.tlb_entries), **members})
+
+    arch = property(lambda self: self._arch, doc="The architectural parameters.")
+    tag_width = property(lambda self: self._tag_width, doc="Request tag width.")
+
+
+class MatchStage(_LookupStage):
+    """Request register, then the hit vector: which entries translate the request.
+
+    Entry ``i`` hits when it is valid, not staged, of the request's context,
+    and the request's page number agrees with its ``vpn`` outside the entry's
+    in-page bits. Two registers: a request accepted at edge *t* is on ``o``
+    after edge *t+1*, its hit vector computed from the entries as they are
+    between those edges.
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(translate_request(arch, tag_width)))``
+    entries : ``In(TlbEntry(arch)).array(tlb_entries)``
+    hold : ``In(1)``
+        Do not register a new hit vector at this edge (``o`` empties if it is
+        being read): a REMAP is writing the entries.
+    o : ``Out(stream.Signature(TlbMatch(arch, tag_width)))``
+    """
+
+    def __init__(self, arch, tag_width=4):
+        super().__init__(arch, tag_width, {
+            "i": In(stream.Signature(translate_request(arch, tag_width))),
+            "hold": In(1),
+            "o": Out(stream.Signature(TlbMatch(arch, tag_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        p0_bits, _ = _page_numbers(arch)
+        # the request register
+        r = stream.Signature(translate_request(arch, self._tag_width)).create(path=("r",))
+        _pipeline_register(m, self.i, r, self.i.payload)
+        vpn = r.payload.va[p0_bits:]
+        hits = Signal(arch.tlb_entries)
+        for k, e in enumerate(self.entries):
+            mask = Signal(len(vpn), name=f"mask{k}")
+            m.d.comb += [mask.eq(_offset_mask(arch, e.size)),
+                         hits[k].eq(e.valid & ~e.staged & (e.ctx == r.payload.ctx)
+                                    & (((vpn ^ e.vpn) & ~mask) == 0))]
+        match = Signal(TlbMatch(arch, self._tag_width))
+        m.d.comb += [match.req.eq(r.payload), match.hits.eq(hits)]
+        _pipeline_register(m, r, self.o, match, hold=self.hold)
+        return m
+
+
+class SelectStage(_LookupStage):
+    """The lowest-index hit entry's fields, registered (one-hot priority, then
+    an AND-OR multiplexer).
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(TlbMatch(arch, tag_width)))``
+    entries : ``In(TlbEntry(arch)).array(tlb_entries)``
+        Read at the edge that takes ``i`` (see ``fields_free``).
+    o : ``Out(stream.Signature(TlbSelection(arch, tag_width)))``
+    fields_free : ``Out(1)``
+        No hit vector waits for the entries' fields after this edge: ``i``
+        is empty or being taken. An entry's fields may change at this edge.
+    """
+
+    def __init__(self, arch, tag_width=4):
+        super().__init__(arch, tag_width, {
+            "i": In(stream.Signature(TlbMatch(arch, tag_width))),
+            "o": Out(stream.Signature(TlbSelection(arch, tag_width))),
+            "fields_free": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        hits = self.i.payload.hits
+        onehot = Signal.like(hits)
+        m.d.comb += onehot.eq(hits & (~hits + 1))
+        sel = Signal(TlbSelection(self._arch, self._tag_width))
+        m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(hits.any())]
+        fields = ("perm", "dev", "size", "ppn")
+        for name in fields:
+            m.d.comb += getattr(sel, name).eq(
+                _or_all(Mux(onehot[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
+        _pipeline_register(m, self.i, self.o, sel)
+        m.d.comb += self.fields_free.eq(~self.i.valid | self.i.ready)
+        return m
+
+
+def _or_all(values):
+    out = 0
+    for v in values:
+        out = out | v
+    return out
+
+
+class CheckStage(wiring.Component):
+    """The response, combinationally: physical address and fault cause.
+
+    Causes in the order NOT_MAPPED, NO_READ / NO_WRITE, REMOTE_READ (reads
+    through an entry of another device than ``local_dev``), OUT_OF_RANGE
+    (physical page at or beyond ``mem_bytes``).
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(TlbSelection(arch, tag_width)))``
+    o : ``Out(stream.Signature(translate_response(arch, tag_width)))``
+    """
+
+    def __init__(self, arch, tag_width=4, *, local_dev=0):
+        _check_arch(arch)
+        _check_tag_width(tag_width)
+        self._arch = arch
+        self._tag_width = tag_width
+        self._local_dev = local_dev
+        super().__init__({
+            "i": In(stream.Signature(TlbSelection(arch, tag_width))),
+            "o": Out(stream.Signature(translate_response(arch, tag_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        p0_bits, pn = _page_numbers(arch)
+        mem_pages = arch.mem_bytes >> p0_bits
+        s, req = self.i.payload, self.i.payload.req
+        mask = Signal(pn)
+        pa_pn = Signal(pn)
+        m.d.comb += [mask.eq(_offset_mask(arch, s.size)),
+                     pa_pn.eq((s.ppn & ~mask) | (req.va[p0_bits:] & mask))]
+        readable, writable = s.perm[exact_log2(PERM_R)], s.perm[exact_log2(PERM_W)]
+        cause = self.o.payload.cause
+        with m.If(~s.hit):
+            m.d.comb += cause.eq(TranslateCause.NOT_MAPPED)
+        with m.Elif(~req.write & ~readable):
+            m.d.comb += cause.eq(TranslateCause.NO_READ)
+        with m.Elif(req.write & ~writable):
+            m.d.comb += cause.eq(TranslateCause.NO_WRITE)
+        with m.Elif(~req.write & (s.dev != self._local_dev)):
+            m.d.comb += cause.eq(TranslateCause.REMOTE_READ)
+        if mem_pages < (1 << pn):
+            with m.Elif(pa_pn >= mem_pages):
+                m.d.comb += cause.eq(TranslateCause.OUT_OF_RANGE)
+        m.d.comb += [
+            self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
+            self.o.payload.pa.eq(Cat(req.va[:p0_bits], pa_pn)),
+            self.o.payload.dev.eq(s.dev),
+            self.o.payload.tag.eq(req.tag),
+        ]
+        return m
+
+
+class CommandUnit(wiring.Component):
+    """The TLB registers and the REMAP / INVAL / COMMIT engine.
+
+    A command is accepted (``ACCEPT``, edge *t*), matched against the TLB
+    (``PLACE``: the same-key and free vectors are registered at edge *t+1*)
+    and executed (``EXECUTE``: the REMAP target chosen from those vectors and
+    the entries written at edge *t+2*, later for a REMAP while
+    ``fields_free`` is low). ``cmd.ready`` is high in ``ACCEPT`` and at the
+    executing edge, so back-to-back commands take two cycles each.
+
+    Interface attributes
+    --------------------
+    cmd : ``In(stream.Signature(MmuCommand(arch)))``
+    idle : ``Out(1)``
+        No command is pending (every accepted command has taken effect).
+    entries : ``Out(TlbEntry(arch)).array(tlb_entries)``
+        The TLB registers.
+    victim : ``Out(range(tlb_entries))``
+        The round-robin victim pointer.
+    fields_write : ``Out(1)``
+        A REMAP is waiting to write an entry: the lookup must not register a
+        new hit vector.
+    fields_free : ``In(1)``
+        The lookup reads no fields after this edge: a REMAP may execute.
+    """
+
+    def __init__(self, arch):
+        _check_arch(arch)
+        self._arch = arch
+        n = arch.tlb_entries
+        super().__init__({
+            "cmd": In(stream.Signature(MmuCommand(arch))),
+            "idle": Out(1),
+            "entries": Out(TlbEntry(arch)).array(n),
+            "victim": Out(range(max(2, n))),
+            "fields_write": Out(1),
+            "fields_free": In(1),
+        })
+
+    arch = property(lambda self: self._arch, doc="The architectural parameters.")
+
+    def _place(self, m, c, vpn):
+        """At the PLACE edge, register the same-key entries and the free ones."""
+        n = self._arch.tlb_entries
+        same, free = Signal(n), Signal(n)
+        for k, e in enumerate(self.entries):
+            m.d.sync += [
+                same[k].eq(e.valid & (e.ctx == c.ctx) & (e.staged == c.staged)
+                           & (e.size == c.size) & (e.vpn == vpn)),
+                free[k].eq(~e.valid),
+            ]
+        return same, free
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        p0_bits, pn = _page_numbers(arch)
+        c = Signal(MmuCommand(arch))
+        mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
+        m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
+                     vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
+        remap = c.op == MmuOp.REMAP
+        with m.FSM(name="command"):
+            with m.State("ACCEPT"):
+                m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
+                with m.If(self.cmd.valid):
+                    m.d.sync += c.eq(self.cmd.payload)
+                    m.next = "PLACE"
+            with m.State("PLACE"):
+                same, free = self._place(m, c, vpn)
+                m.next = "EXECUTE"
+            with m.State("EXECUTE"):
+                m.d.comb += self.fields_write.eq(remap)
+                with m.If(~remap | self.fields_free):
+                    self._execute(m, c, vpn, ppn, same, free)
+                    # the next command may be accepted at the same edge: its
+                    # PLACE sees the entries this one leaves
+                    m.d.comb += self.cmd.ready.eq(1)
+                    with m.If(self.cmd.valid):
+                        m.d.sync += c.eq(self.cmd.payload)
+                        m.next = "PLACE"
+                    with m.Else():
+                        m.next = "ACCEPT"
+        return m
+
+    def _execute(self, m, c, vpn, ppn, same, free):
+        """At the EXECUTE edge. Only this unit writes the entries, so the
+        vectors registered at PLACE still describe them. A REMAP's target: the
+        same-key entry, else the lowest free one, else the victim."""
+        n = self._arch.tlb_entries
+        placed, target = Signal(), Signal(n)
+        m.d.comb += placed.eq(same.any() | free.any())
+        with m.If(same.any()):
+            m.d.comb += target.eq(same & (~same + 1))
+        with m.Elif(free.any()):
+            m.d.comb += target.eq(free & (~free + 1))
+        with m.Else():
+            m.d.comb += target.eq(Const(1, n) << self.victim)
+        with m.Switch(c.op):
+            with m.Case(MmuOp.REMAP):
+                for k, e in enumerate(self.entries):
+                    with m.If(target[k]):
+                        m.d.sync += [
+                            e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
+                            e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
+                            e.vpn.eq(vpn), e.ppn.eq(ppn),
+                        ]
+                with m.If(~placed):
+                    m.d.sync += self.victim.eq(Mux(self.victim == n - 1, 0, self.victim + 1))
+            with m.Case(MmuOp.INVAL):
+                for k, e in enumerate(self.entries):
+                    with m.If(same[k]):
+                        m.d.sync += e.valid.eq(0)
+            with m.Case(MmuOp.COMMIT):
+                for e in self.entries:
+                    with m.If(e.valid & (e.ctx == c.ctx)):
+                        m.d.sync += [e.staged.eq(0), e.valid.eq(e.staged)]
 
 
 class MMU(wiring.Component):
@@ -134,59 +489,44 @@ class MMU(wiring.Component):
         names another device faults with ``REMOTE_READ``.
     tag_width : int
         Width of the request tag returned with each response (0..16).
-    fault_depth : int
-        Depth of the fault FIFO (at least 1).
 
     Interface attributes
     --------------------
     req : ``In(stream.Signature(translate_request(arch, tag_width)))``
         Translation requests: context, virtual address, access (``write``), tag.
     rsp : ``Out(stream.Signature(translate_response(arch, tag_width)))``
-        One response per request, in order: physical address, device, fault
-        cause (:class:`TranslateCause`; checked in the order NOT_MAPPED,
-        NO_READ / NO_WRITE, REMOTE_READ (reads only), OUT_OF_RANGE), tag.
+        One response per request, in order, three cycles after the request
+        (more under back-pressure): physical address, device, fault cause
+        (:class:`TranslateCause`; checked in the order NOT_MAPPED, NO_READ /
+        NO_WRITE, REMOTE_READ (reads only), OUT_OF_RANGE), tag.
     cmd : ``In(stream.Signature(MmuCommand(arch)))``
         REMAP / INVAL / COMMIT. A command accepted at edge *t* takes effect
-        at edge *t+2*; ``cmd.ready`` is low in between.
+        at edge *t+2* (a REMAP later if a hit vector waits for its fields
+        then); ``cmd.ready`` is low at edge *t+1* and high again at the
+        edge where it takes effect (one command per two cycles).
     idle : ``Out(1)``
         No command is pending (every accepted command has taken effect).
-    fault : ``Out(stream.Signature(FaultRecord(arch)))``
-        Every response with a fault cause, queued in a FIFO of
-        ``fault_depth`` entries (context, va, cause).
-    fault_overflow : ``Out(1)``
-        Sticky: a fault was dropped because the fault FIFO was full.
-    fault_clear : ``In(1)``
-        Clears ``fault_overflow``.
     tlb_index : ``In(range(tlb_entries))``
         Entry to show on ``tlb_entry`` (the host port reads the TLB back this way).
     tlb_entry : ``Out(TlbEntry(arch))``
         The entry at ``tlb_index``, combinationally.
     """
 
-    def __init__(self, arch, *, local_dev=0, tag_width=4, fault_depth=4):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+    def __init__(self, arch, *, local_dev=0, tag_width=4):
+        _check_arch(arch)
         if not isinstance(local_dev, int) or not 0 <= local_dev < arch.devices:
             raise ValueError(f"Local device must be an integer in 0..{arch.devices - 1}, "
                              f"not {local_dev!r}")
-        if not isinstance(tag_width, int) or not 0 <= tag_width <= 16:
-            raise ValueError(f"Tag width must be an integer in 0..16, not {tag_width!r}")
-        if not isinstance(fault_depth, int) or fault_depth < 1:
-            raise ValueError(f"Fault FIFO depth must be a positive integer, not {fault_depth!r}")
+        _check_tag_width(tag_width)
         self._arch = arch
         self._local_dev = local_dev
         self._tag_width = tag_width
-        self._fault_depth = fault_depth
-        self._entries = [Signal(TlbEntry(arch), name=f"tlb{i}") for i in range(arch.tlb_entries)]
-        self._victim = Signal(range(arch.tlb_entries), name="victim")
+        self._commands = None       # made on first use: entries, victim or elaborate
         super().__init__({
             "req": In(stream.Signature(translate_request(arch, tag_width))),
             "rsp": Out(stream.Signature(translate_response(arch, tag_width))),
             "cmd": In(stream.Signature(MmuCommand(arch))),
             "idle": Out(1),
-            "fault": Out(stream.Signature(FaultRecord(arch))),
-            "fault_overflow": Out(1),
-            "fault_clear": In(1),
             "tlb_index": In(range(max(2, arch.tlb_entries))),
             "tlb_entry": Out(TlbEntry(arch)),
         })
@@ -194,196 +534,43 @@ class MMU(wiring.Component):
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
     local_dev = property(lambda self: self._local_dev, doc="This device's index.")
     tag_width = property(lambda self: self._tag_width, doc="Request tag width.")
-    fault_depth = property(lambda self: self._fault_depth, doc="Fault FIFO depth.")
+
+    @property
+    def commands(self):
+        """The :class:`CommandUnit` holding the TLB registers."""
+        if self._commands is None:
+            self._commands = CommandUnit(self._arch)
+        return self._commands
 
     @property
     def entries(self):
-        """The TLB entry registers (:class:`TlbEntry` views), for inspection in simulation."""
-        return tuple(self._entries)
+        """The TLB entry registers (:class:`TlbEntry` views), for inspection in
+        simulation and for blocks that read the TLB (the device's commit bytes)."""
+        return tuple(self.commands.entries)
 
     @property
     def victim(self):
         """The round-robin victim pointer register."""
-        return self._victim
-
-    def _offset_mask(self, size):
-        """Bits of a vpn (smallest-page units) that lie inside a page of ``size``."""
-        pages = self._arch.page_sizes
-        p0 = pages[0]
-        pn = self._arch.addr_bits - exact_log2(p0)
-        full = (1 << pn) - 1
-        return Mux(size[1],
-                   Mux(size[0], (pages[3] // p0 - 1) & full, (pages[2] // p0 - 1) & full),
-                   Mux(size[0], (pages[1] // p0 - 1) & full, (pages[0] // p0 - 1) & full))
+        return self.commands.victim
 
     def elaborate(self, platform):
         m = Module()
-        arch = self._arch
-        n = arch.tlb_entries
-        p0_bits = exact_log2(arch.page_sizes[0])
-        pn = arch.addr_bits - p0_bits
-        tlb = self._entries
-        mem_pages = arch.mem_bytes >> p0_bits
-
-        # ---------------------------------------------------------- read-back
+        arch, tw = self._arch, self._tag_width
+        m.submodules.commands = cmds = self.commands
+        m.submodules.match = match = MatchStage(arch, tw)
+        m.submodules.select = select = SelectStage(arch, tw)
+        m.submodules.check = check = CheckStage(arch, tw, local_dev=self._local_dev)
+        wiring.connect(m, wiring.flipped(self.cmd), cmds.cmd)
+        wiring.connect(m, wiring.flipped(self.req), match.i)
+        wiring.connect(m, match.o, select.i)
+        wiring.connect(m, select.o, check.i)
+        wiring.connect(m, check.o, wiring.flipped(self.rsp))
+        for k, e in enumerate(cmds.entries):
+            m.d.comb += [match.entries[k].eq(e), select.entries[k].eq(e)]
+        m.d.comb += [self.idle.eq(cmds.idle), match.hold.eq(cmds.fields_write),
+                     cmds.fields_free.eq(select.fields_free)]
         with m.Switch(self.tlb_index):
-            for i in range(n):
-                with m.Case(i):
-                    m.d.comb += self.tlb_entry.eq(tlb[i])
-
-        # ---------------------------------------------------------- translate
-        stall = Signal()
-        m.d.comb += stall.eq(self.rsp.valid & ~self.rsp.ready)
-        m.d.comb += self.req.ready.eq(~stall)
-
-        s1_valid = Signal()
-        s1 = Signal(translate_request(arch, self._tag_width))
-        with m.If(~stall):
-            m.d.sync += [s1_valid.eq(self.req.valid), s1.eq(self.req.p)]
-
-        s1_vpn = s1.va[p0_bits:]
-        hits = Signal(n)
-        for i, e in enumerate(tlb):
-            mask = Signal(pn, name=f"omask{i}")
-            m.d.comb += mask.eq(self._offset_mask(e.size))
-            m.d.comb += hits[i].eq(e.valid & ~e.staged & (e.ctx == s1.ctx)
-                                   & (((s1_vpn ^ e.vpn) & ~mask) == 0))
-        # lowest index wins: one-hot select, then an AND-OR multiplexer
-        onehot = Signal(n)
-        m.d.comb += onehot.eq(hits & (~hits + 1))
-        sel_perm = Signal(2)
-        sel_dev = Signal(dev_bits(arch))
-        sel_ppn = Signal(pn)
-        sel_size = Signal(2)
-        sel = 0
-        for i, e in enumerate(tlb):
-            sel = sel | Mux(onehot[i], Cat(e.perm, e.dev, e.ppn, e.size), 0)
-        m.d.comb += Cat(sel_perm, sel_dev, sel_ppn, sel_size).eq(sel)
-
-        s2_valid = Signal()
-        s2_hit = Signal()
-        s2_perm = Signal(2)
-        s2_dev = Signal(dev_bits(arch))
-        s2_ppn = Signal(pn)
-        s2_size = Signal(2)
-        s2_mask = Signal(pn)
-        s2 = Signal(translate_request(arch, self._tag_width))
-        with m.If(~stall):
-            m.d.sync += [
-                s2_valid.eq(s1_valid), s2.eq(s1), s2_hit.eq(hits.any()),
-                s2_perm.eq(sel_perm), s2_dev.eq(sel_dev), s2_ppn.eq(sel_ppn),
-                s2_size.eq(sel_size),
-            ]
-        m.d.comb += s2_mask.eq(self._offset_mask(s2_size))
-        pa_pn = Signal(pn)
-        m.d.comb += pa_pn.eq((s2_ppn & ~s2_mask) | (s2.va[p0_bits:] & s2_mask))
-        cause = Signal(TranslateCause)
-        with m.If(~s2_hit):
-            m.d.comb += cause.eq(TranslateCause.NOT_MAPPED)
-        with m.Elif(~s2.write & ~s2_perm[0]):
-            m.d.comb += cause.eq(TranslateCause.NO_READ)
-        with m.Elif(s2.write & ~s2_perm[1]):
-            m.d.comb += cause.eq(TranslateCause.NO_WRITE)
-        with m.Elif(~s2.write & (s2_dev != self._local_dev)):
-            m.d.comb += cause.eq(TranslateCause.REMOTE_READ)
-        if mem_pages < (1 << pn):
-            with m.Elif(pa_pn >= mem_pages):
-                m.d.comb += cause.eq(TranslateCause.OUT_OF_RANGE)
-        m.d.comb += [
-            self.rsp.valid.eq(s2_valid),
-            self.rsp.p.pa.eq(Cat(s2.va[:p0_bits], pa_pn)),
-            self.rsp.p.dev.eq(s2_dev),
-            self.rsp.p.cause.eq(cause),
-            self.rsp.p.tag.eq(s2.tag),
-        ]
-
-        # --------------------------------------------------------- fault FIFO
-        m.submodules.fault_fifo = fifo = SyncFIFOBuffered(
-            width=FaultRecord(arch).size, depth=self._fault_depth)
-        push = Signal()
-        m.d.comb += push.eq(self.rsp.valid & self.rsp.ready & (cause != TranslateCause.NONE))
-        rec = Signal(FaultRecord(arch))
-        m.d.comb += [rec.ctx.eq(s2.ctx), rec.va.eq(s2.va), rec.cause.eq(cause)]
-        m.d.comb += [
-            fifo.w_stream.valid.eq(push),
-            fifo.w_stream.payload.eq(rec),
-            self.fault.valid.eq(fifo.r_stream.valid),
-            self.fault.payload.eq(fifo.r_stream.payload),
-            fifo.r_stream.ready.eq(self.fault.ready),
-        ]
-        with m.If(push & ~fifo.w_stream.ready):
-            m.d.sync += self.fault_overflow.eq(1)
-        with m.Elif(self.fault_clear):
-            m.d.sync += self.fault_overflow.eq(0)
-
-        # ----------------------------------------------------------- commands
-        # a command is accepted (edge t), matched against the TLB (edge t+1:
-        # placement vectors registered) and executed (edge t+2)
-        busy = Signal()
-        execute = Signal()
-        c = Signal(MmuCommand(arch))
-        m.d.comb += [self.cmd.ready.eq(~busy), self.idle.eq(~busy)]
-        with m.If(self.cmd.valid & ~busy):
-            m.d.sync += [busy.eq(1), c.eq(self.cmd.p)]
-        with m.If(busy & ~execute):
-            m.d.sync += execute.eq(1)
-        with m.If(execute):
-            m.d.sync += [busy.eq(0), execute.eq(0)]
-
-        cmask = Signal(pn)
-        m.d.comb += cmask.eq(self._offset_mask(c.size))
-        c_vpn = Signal(pn)
-        c_ppn = Signal(pn)
-        m.d.comb += [c_vpn.eq(c.va[p0_bits:] & ~cmask), c_ppn.eq(c.pa[p0_bits:] & ~cmask)]
-        same = Signal(n)
-        free = Signal(n)
-        for i, e in enumerate(tlb):
-            m.d.comb += [
-                same[i].eq(e.valid & (e.ctx == c.ctx) & (e.staged == c.staged)
-                           & (e.size == c.size) & (e.vpn == c_vpn)),
-                free[i].eq(~e.valid),
-            ]
-        victim_onehot = Signal(n)
-        m.d.comb += victim_onehot.eq(Const(1, n) << self._victim)
-        same_r = Signal(n)
-        any_same = Signal()
-        any_free = Signal()
-        target = Signal(n)
-        with m.If(busy & ~execute):
-            m.d.sync += [same_r.eq(same), any_same.eq(same.any()), any_free.eq(free.any())]
-            with m.If(same.any()):
-                m.d.sync += target.eq(same & (~same + 1))
-            with m.Elif(free.any()):
-                m.d.sync += target.eq(free & (~free + 1))
-            with m.Else():
-                m.d.sync += target.eq(victim_onehot)
-        same = same_r
-
-        with m.If(execute):
-            with m.Switch(c.op):
-                with m.Case(MmuOp.REMAP):
-                    for i, e in enumerate(tlb):
-                        with m.If(target[i]):
-                            m.d.sync += [
-                                e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
-                                e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
-                                e.vpn.eq(c_vpn), e.ppn.eq(c_ppn),
-                            ]
-                    with m.If(~any_same & ~any_free):
-                        if n & (n - 1) == 0:
-                            m.d.sync += self._victim.eq(self._victim + 1)
-                        else:
-                            m.d.sync += self._victim.eq(
-                                Mux(self._victim == n - 1, 0, self._victim + 1))
-                with m.Case(MmuOp.INVAL):
-                    for i, e in enumerate(tlb):
-                        with m.If(same[i]):
-                            m.d.sync += e.valid.eq(0)
-                with m.Case(MmuOp.COMMIT):
-                    for i, e in enumerate(tlb):
-                        with m.If(e.valid & (e.ctx == c.ctx)):
-                            with m.If(e.staged):
-                                m.d.sync += e.staged.eq(0)
-                            with m.Else():
-                                m.d.sync += e.valid.eq(0)
+            for k, e in enumerate(cmds.entries):
+                with m.Case(k):
+                    m.d.comb += self.tlb_entry.eq(e)
         return m

@@ -1,9 +1,10 @@
 # amaranth: UnusedElaboratable=no
 """MMU: translation, permissions, placement (vs. a Python model and model.golden),
-atomic COMMIT under traffic, pipelining without bubbles, fault FIFO overflow."""
+atomic COMMIT under traffic, pipelining without bubbles, three-cycle latency."""
 import random
 
 import pytest
+from amaranth.hdl import Fragment
 
 from hw.isa import ArchParams, Op, encode, ISA_VERSION
 from hw.mmu import MMU, TranslateCause
@@ -21,14 +22,13 @@ def test_constructor_errors():
         MMU(ARCH, local_dev=2)
     with pytest.raises(ValueError, match=r"Tag width must be an integer in 0\.\.16, not 17"):
         MMU(ARCH, tag_width=17)
-    with pytest.raises(ValueError, match=r"Fault FIFO depth must be a positive integer, not 0"):
-        MMU(ARCH, fault_depth=0)
 
 
 def test_properties():
-    mmu = MMU(ARCH, local_dev=1, tag_width=3, fault_depth=5)
-    assert (mmu.arch, mmu.local_dev, mmu.tag_width, mmu.fault_depth) == (ARCH, 1, 3, 5)
+    mmu = MMU(ARCH, local_dev=1, tag_width=3)
+    assert (mmu.arch, mmu.local_dev, mmu.tag_width) == (ARCH, 1, 3)
     assert len(mmu.entries) == ARCH.tlb_entries
+    Fragment.get(mmu, None)     # elaborated: no "created but never used" warning
     with pytest.raises(AttributeError):
         mmu.local_dev = 0
 
@@ -104,19 +104,6 @@ def test_translate_and_causes():
         rs = await check_translations(ctx, mmu, model, qs, rng, 0.3, 0.3)
         causes = {r.cause for r in rs}
         assert causes == set(TranslateCause), causes
-        # the fault FIFO holds the first faults (depth 4) and has overflowed
-        assert ctx.get(mmu.fault_overflow)
-        recs = []
-        while ctx.get(mmu.fault.valid):
-            recs.append(await stream_get(ctx, mmu.fault))
-        assert len(recs) == 4
-        faults = [(c, va, model.translate(c, va, w)[2]) for (c, va, w) in qs
-                  if model.translate(c, va, w)[2] != TlbModel.NONE][:4]
-        assert [(int(r.ctx), int(r.va), r.cause.value) for r in recs] == faults
-        ctx.set(mmu.fault_clear, 1)
-        await ctx.tick()
-        ctx.set(mmu.fault_clear, 0)
-        assert not ctx.get(mmu.fault_overflow)
 
     run_simulation(mmu, [tb])
 
@@ -237,7 +224,7 @@ def test_no_bubbles_on_hits():
             cycle += 1
         bubbles = (cycle - first) - n
         assert bubbles == 0
-        assert first == 2     # request accepted at edge 0, response valid two cycles later
+        assert first == 3     # request accepted at edge 0, response valid three cycles later
 
     run_simulation(mmu, [tb])
 
@@ -316,7 +303,6 @@ def test_miss_to_fault_latency():
     mmu = MMU(ARCH)
 
     async def tb(ctx):
-        ctx.set(mmu.fault.ready, 0)
         ctx.set(mmu.rsp.ready, 1)
         ctx.set(mmu.req.valid, 1)
         ctx.set(mmu.req.payload, {"ctx": 3, "va": 0x1234, "write": 0, "tag": 0})
@@ -327,16 +313,18 @@ def test_miss_to_fault_latency():
             await ctx.tick()
             cycles += 1
         assert ctx.get(mmu.rsp.p.cause) == TranslateCause.NOT_MAPPED
-        assert cycles == 1     # response valid in the 2nd cycle after the request cycle
-        n = 0
-        while not ctx.get(mmu.fault.valid):
-            await ctx.tick()
-            n += 1
-        assert n <= 3
-        r = await stream_get(ctx, mmu.fault)
-        assert (int(r.ctx), int(r.va), r.cause) == (3, 0x1234, TranslateCause.NOT_MAPPED)
+        assert cycles == 2     # response valid in the 3rd cycle after the request cycle
 
     run_simulation(mmu, [tb])
+
+
+def test_no_fault_queue():
+    """The MMU keeps no fault records (the DMA's, with their channel, are the
+    ones the coprocessor queues): no fault ports, no ``fault_depth``."""
+    mmu = MMU(ARCH)
+    assert set(mmu.signature.members) == {"req", "rsp", "cmd", "idle", "tlb_index", "tlb_entry"}
+    with pytest.raises(TypeError):
+        MMU(ARCH, fault_depth=4)
 
 
 def test_tlb_read_back_port():
@@ -368,3 +356,31 @@ def test_tlb_read_back_port():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_back_to_back_commands():
+    """Commands offered back to back are accepted every second cycle (the next
+    one at the edge where the previous one takes effect) and land as the model."""
+    mmu = MMU(ARCH)
+    model = TlbModel(ARCH)
+    cmds = random_commands(random.Random(3), ARCH, 30)
+
+    async def tb(ctx):
+        ctx.set(mmu.cmd.valid, 1)
+        edges = []
+        cycle = 0
+        for c in cmds:
+            ctx.set(mmu.cmd.payload, mmu_command(**c))
+            while True:
+                _, _, ready = await ctx.tick().sample(mmu.cmd.ready)
+                cycle += 1
+                if ready:
+                    break
+            edges.append(cycle)
+            model.apply(c)
+        ctx.set(mmu.cmd.valid, 0)
+        await ctx.tick().until(mmu.idle)
+        assert [b - a for a, b in zip(edges, edges[1:])] == [2] * (len(cmds) - 1)
+        assert rtl_tlb(ctx, mmu) == model.rtl_view()
+
+    run_simulation(mmu, [tb])
