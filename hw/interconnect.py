@@ -24,12 +24,12 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, ceil_log2, exact_log2
+from amaranth.utils import ceil_log2, exact_log2
 
 from .isa import ArchParams
-from .lib import chan_bits, check_bus_width, dev_bits, resolve_channels
+from .lib import RoundRobin, chan_bits, check_bus_width, dev_bits, resolve_channels, sem_bits
 
-__all__ = ["NetKind", "NetRequest", "NetAck", "Interconnect", "round_robin"]
+__all__ = ["NetKind", "NetRequest", "NetAck", "OutputPort", "Route", "Interconnect"]
 
 
 class NetKind(enum.Enum, shape=1):
@@ -56,7 +56,7 @@ class NetRequest(data.StructLayout):
             "addr": max(1, ceil_log2(arch.mem_bytes) - word_bits),
             "data": data_width,
             "be": data_width // 8,
-            "sem": 8,
+            "sem": sem_bits(arch),
         })
 
 
@@ -69,54 +69,116 @@ class NetAck(data.StructLayout):
         })
 
 
-def round_robin(m, requests, last, n, name):
-    """Index of the first asserted request after ``last`` (cyclically); a Signal."""
-    idx = Signal(range(max(2, n)), name=f"{name}_pick")
-    for l in range(n):
-        with m.If(last == l):
-            order = [(l + 1 + k) % n for k in range(n)]
-            for c in reversed(order):
-                with m.If(requests[c]):
-                    m.d.comb += idx.eq(c)
-    return idx
+class OutputPort(wiring.Component):
+    """One crossbar output: round-robin arbitration among ``inputs`` streams
+    into a registered output stage.
+
+    The register loads when it is empty or being emptied; the granted input is
+    taken in that cycle, so the output can pass a message every cycle. The
+    arbiter (:class:`hw.lib.RoundRobin`) advances only when a message moves,
+    so with ``k`` inputs offering continuously each gets every ``k``-th slot.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        Message payload.
+    inputs : int
+        Number of inputs (at least 1).
+    stamp : str or None
+        A payload field that the port overwrites with the input's index (the
+        request network's ``src``), or None.
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(shape)).array(inputs)``
+    o : ``Out(stream.Signature(shape))``
+        Registered: a message offered at edge *t* is on ``o`` after it.
+    busy : ``Out(1)``
+        A message is held on ``o`` or offered on some input.
+    """
+
+    def __init__(self, shape, inputs, *, stamp=None):
+        if not isinstance(inputs, int) or isinstance(inputs, bool) or inputs < 1:
+            raise ValueError(f"Input count must be a positive integer, not {inputs!r}")
+        self._shape = shape
+        self._inputs = inputs
+        self._stamp = stamp
+        super().__init__({
+            "i": In(stream.Signature(shape)).array(inputs),
+            "o": Out(stream.Signature(shape)),
+            "busy": Out(1),
+        })
+        if stamp is not None and not hasattr(self.o.payload, stamp):
+            raise ValueError(f"Payload has no field {stamp!r} to stamp")
+
+    shape = property(lambda self: self._shape, doc="Message payload shape.")
+    inputs = property(lambda self: self._inputs, doc="Number of inputs.")
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._inputs
+        m.submodules.arbiter = rr = RoundRobin(n)
+        load = Signal()
+        m.d.comb += [
+            rr.requests.eq(Cat(port.valid for port in self.i)),
+            load.eq(~self.o.valid | self.o.ready),
+            rr.advance.eq(load),
+            self.busy.eq(self.o.valid | rr.valid),
+        ]
+        for k, port in enumerate(self.i):
+            m.d.comb += port.ready.eq(load & (rr.grant == k))
+        with m.If(load & rr.valid):
+            m.d.sync += self.o.valid.eq(1)
+            with m.Switch(rr.grant):
+                for k, port in enumerate(self.i):
+                    with m.Case(k):
+                        m.d.sync += self.o.payload.eq(port.payload)
+                        if self._stamp is not None:
+                            m.d.sync += getattr(self.o.payload, self._stamp).eq(k)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
 
 
-def _crossbar(m, offers, outs, n, name, stamp_src):
-    """Arbitrate, for every output ``j``, among the offers ``offers[j][i]``
-    (``(valid, payload)`` of input ``i`` for output ``j``) into a registered
-    output stage. Returns ``(grants, busy)``: ``grants[j][i]`` is high when input
-    ``i`` moves to output ``j`` this cycle; ``busy`` is high while any offer is
-    valid or any output register is full."""
-    busy_terms = []
-    grants = []
-    for j in range(n):
-        out = outs[j]
-        ov = Signal(name=f"{name}_v{j}")
-        op = Signal.like(out.p, name=f"{name}_p{j}")
-        m.d.comb += [out.valid.eq(ov), out.p.eq(op)]
-        can_load = Signal(name=f"{name}_load{j}")
-        m.d.comb += can_load.eq(~ov | out.ready)
-        req = Signal(n, name=f"{name}_req{j}")
-        m.d.comb += req.eq(Cat(*[offers[j][i][0] for i in range(n)]))
-        last = Signal(range(max(2, n)), name=f"{name}_last{j}")
-        pick = round_robin(m, req, last, n, f"{name}_rr{j}")
-        g = Signal(n, name=f"{name}_grant{j}")
-        with m.If(can_load & req.any()):
-            for i in range(n):
-                with m.If(pick == i):
-                    m.d.comb += g[i].eq(1)
-                    m.d.sync += op.eq(offers[j][i][1])
-                    if stamp_src:
-                        m.d.sync += op.src.eq(i)
-            m.d.sync += [ov.eq(1), last.eq(pick)]
-        with m.Elif(out.ready):
-            m.d.sync += ov.eq(0)
-        grants.append(g)
-        busy_terms.append(ov)
-        busy_terms.append(req.any())
-    busy = Signal(name=f"{name}_busy")
-    m.d.comb += busy.eq(Cat(*busy_terms).any())
-    return grants, busy
+class Route(wiring.Component):
+    """Steers each message of one stream to the output its ``field`` names.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        Message payload (a layout with an unsigned ``field``).
+    outputs : int
+        Number of outputs.
+    field : str
+        The destination field (default ``"dst"``).
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(shape))``
+    o : ``Out(stream.Signature(shape)).array(outputs)``
+        ``o[j]`` offers the message when its ``field`` is ``j``; combinational.
+    """
+
+    def __init__(self, shape, outputs, *, field="dst"):
+        if not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1:
+            raise ValueError(f"Output count must be a positive integer, not {outputs!r}")
+        self._outputs = outputs
+        self._field = field
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)).array(outputs),
+        })
+        if not hasattr(self.i.payload, field):
+            raise ValueError(f"Payload has no field {field!r} to route by")
+
+    def elaborate(self, platform):
+        m = Module()
+        dst = getattr(self.i.payload, self._field)
+        for j, port in enumerate(self.o):
+            m.d.comb += [port.valid.eq(self.i.valid & (dst == j)), port.payload.eq(self.i.payload)]
+            with m.If(dst == j):
+                m.d.comb += self.i.ready.eq(port.ready)
+        return m
 
 
 class Interconnect(wiring.Component):
@@ -157,8 +219,10 @@ class Interconnect(wiring.Component):
         self._data_width = data_width
         self._channels = channels
         D = arch.devices
-        req = stream.Signature(NetRequest(arch, data_width, channels))
-        ack = stream.Signature(NetAck(arch, channels))
+        self._request = NetRequest(arch, data_width, channels)
+        self._ack = NetAck(arch, channels)
+        req = stream.Signature(self._request)
+        ack = stream.Signature(self._ack)
         super().__init__({
             "req_in": In(req).array(D, D),
             "req_out": Out(req).array(D),
@@ -175,18 +239,25 @@ class Interconnect(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         D = self._arch.devices
-        # requests: one queue per (source, destination) pair, no head-of-line blocking
-        offers = [[(self.req_in[i][j].valid, self.req_in[i][j].p) for i in range(D)]
-                  for j in range(D)]
-        grants, rb = _crossbar(m, offers, self.req_out, D, "req", stamp_src=True)
+        busy = []
+        for j in range(D):
+            # requests: one queue per (source, destination) pair, no head-of-line blocking
+            m.submodules[f"req_port{j}"] = port = OutputPort(self._request, D, stamp="src")
+            for i in range(D):
+                wiring.connect(m, wiring.flipped(self.req_in[i][j]), port.i[i])
+            wiring.connect(m, port.o, wiring.flipped(self.req_out[j]))
+            busy.append(port.busy)
+        ack_ports = []
+        for j in range(D):
+            m.submodules[f"ack_port{j}"] = port = OutputPort(self._ack, D)
+            wiring.connect(m, port.o, wiring.flipped(self.ack_out[j]))
+            ack_ports.append(port)
+            busy.append(port.busy)
         for i in range(D):
+            # acks: one stream per source, routed by dst
+            m.submodules[f"ack_route{i}"] = route = Route(self._ack, D)
+            wiring.connect(m, wiring.flipped(self.ack_in[i]), route.i)
             for j in range(D):
-                m.d.comb += self.req_in[i][j].ready.eq(grants[j][i])
-        # acks: one stream per source, routed by dst
-        offers = [[(self.ack_in[i].valid & (self.ack_in[i].p.dst == j), self.ack_in[i].p)
-                   for i in range(D)] for j in range(D)]
-        grants, ab = _crossbar(m, offers, self.ack_out, D, "ack", stamp_src=False)
-        for i in range(D):
-            m.d.comb += self.ack_in[i].ready.eq(Cat(*[grants[j][i] for j in range(D)]).any())
-        m.d.comb += self.busy.eq(rb | ab)
+                wiring.connect(m, route.o[j], ack_ports[j].i[i])
+        m.d.comb += self.busy.eq(Cat(busy).any())
         return m
