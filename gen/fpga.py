@@ -349,15 +349,18 @@ def board_reshard(opts: BoardOptions, progress=lambda m: None):
                            progress)
 
 
-def board_top(compiled, *, uart_divisor: int):
-    """The self-checking top for a compiled reshard (images required)."""
+def board_top(compiled, *, uart_divisor: int, shared_write: bool = True):
+    """The self-checking top for a compiled reshard (images required). Each
+    device memory's writers share one write port (``shared_write``), as the
+    FPGA's block RAM has one."""
     import zlib
     from hw.board import BoardTop
     if compiled.memories is None:
         raise InputError("the board needs memory images; compile without --device")
     return BoardTop(compiled.arch, data_width=compiled.bus_bits,
                     programs=[d.words for d in compiled.devices], memories=compiled.memories,
-                    expected_crc=zlib.crc32(b"".join(compiled.expected)), uart_divisor=uart_divisor)
+                    expected_crc=zlib.crc32(b"".join(compiled.expected)), uart_divisor=uart_divisor,
+                    shared_write=shared_write)
 
 
 _BOARD_TB = """\

@@ -26,7 +26,7 @@ from amaranth.utils import ceil_log2, exact_log2
 __all__ = ["ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
 
-from .lib import check_bus_width
+from .lib import RoundRobin, check_bus_width
 
 
 class WriteRequest(data.StructLayout):
@@ -43,7 +43,7 @@ class WriteRequest(data.StructLayout):
         super().__init__({
             "addr": addr_width,
             "data": data_width,
-            "be": data_width // 8,
+            "be": lanes(data_width),
         })
 
 
@@ -137,6 +137,11 @@ class BankedMemory(wiring.Component):
         same byte in the same cycle, the higher-numbered port wins.
     init : bytes-like, optional
         Initial contents, little-endian; shorter than ``size`` is zero-padded.
+    shared_write : bool
+        Serve the write ports through one physical write port per memory,
+        granted round-robin (a port's ``ready`` is low while another is
+        granted): what an FPGA's block RAM, with one write port, needs. With
+        ``False`` every write port is its own physical port and always ready.
     macro : bool
         Elaborate each bank as an instance of the SRAM macro ``reshard_sram``
         (:data:`SRAM_VERILOG` is its simulation model) instead of an Amaranth
@@ -150,13 +155,13 @@ class BankedMemory(wiring.Component):
         Read ports: ``read[i].req`` takes word addresses, ``read[i].rsp``
         returns the words one cycle later (held under back-pressure).
     write : ``In(WritePortSignature(addr_width, data_width)).array(write_ports)``
-        Write ports, always ready.
+        Write ports: always ready, or one at a time with ``shared_write``.
     """
 
     def __init__(self, *, data_width=32, size=4096, banks=1, read_ports=1, write_ports=1,
-                 init=b"", macro=False):
+                 init=b"", shared_write=False, macro=False):
         check_bus_width(data_width)
-        word = data_width // 8
+        word = lanes(data_width)
         if not isinstance(banks, int) or banks < 1 or banks & (banks - 1):
             raise ValueError(f"Bank count must be a positive power of two, not {banks!r}")
         if not isinstance(size, int) or size <= 0 or size % (banks * word):
@@ -170,6 +175,7 @@ class BankedMemory(wiring.Component):
         if macro and any(init):
             raise ValueError("A macro memory starts zeroed; it cannot take initial contents")
         self._macro = bool(macro)
+        self._shared_write = bool(shared_write)
         if len(init) > size:
             raise ValueError(f"Initial contents of {len(init)} bytes exceed the memory size "
                              f"of {size} bytes")
@@ -179,7 +185,7 @@ class BankedMemory(wiring.Component):
         self._read_ports = read_ports
         self._write_ports = write_ports
         self._words = size // word
-        self._addr_width = max(1, ceil_log2(self._words))
+        self._addr_width = word_addr_bits(size, data_width)
 
         depth = self._words // banks
         self._depth = depth
@@ -203,6 +209,8 @@ class BankedMemory(wiring.Component):
     banks = property(lambda self: self._banks, doc="Number of banks.")
     read_ports = property(lambda self: self._read_ports, doc="Number of read ports.")
     write_ports = property(lambda self: self._write_ports, doc="Number of write ports.")
+    shared_write = property(lambda self: self._shared_write,
+                            doc="Write ports share one physical port.")
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
     words = property(lambda self: self._words, doc="Size in words.")
 
@@ -217,7 +225,7 @@ class BankedMemory(wiring.Component):
     # ---- simulation helpers (testbench context) ----
     def sim_read(self, ctx, addr, length):
         """Read ``length`` bytes at byte address ``addr`` in a testbench ``ctx``."""
-        word = self._data_width // 8
+        word = lanes(self._data_width)
         out = bytearray()
         for w in range(addr // word, (addr + length + word - 1) // word):
             mem, row = self._locate(w)
@@ -227,7 +235,7 @@ class BankedMemory(wiring.Component):
 
     def sim_write(self, ctx, addr, payload):
         """Write ``payload`` bytes at byte address ``addr`` in a testbench ``ctx``."""
-        word = self._data_width // 8
+        word = lanes(self._data_width)
         payload = bytes(payload)
         for w in range(addr // word, (addr + len(payload) + word - 1) // word):
             mem, row = self._locate(w)
@@ -242,7 +250,7 @@ class BankedMemory(wiring.Component):
     def _read_control(m, p, port, bank_bits):
         """Handshake of read port p: (bank select of the word in flight, accept)."""
         rsp_valid = Signal(name=f"rsp_valid{p}")
-        sel = Signal(max(1, bank_bits), name=f"rsp_bank{p}")
+        sel = Signal(index_bits(1 << bank_bits), name=f"rsp_bank{p}")
         accept = Signal(name=f"accept{p}")
         m.d.comb += [accept.eq(~rsp_valid | port.rsp.ready), port.req.ready.eq(accept),
                      port.rsp.valid.eq(rsp_valid)]
@@ -262,34 +270,51 @@ class BankedMemory(wiring.Component):
         else:
             m.d.comb += port.rsp.p.eq(words[0])
 
+    def _physical_writes(self, m):
+        """The write requests that reach the memory: each port as it is, or
+        (``shared_write``) the one port a round-robin arbiter grants."""
+        ports = [self.write[p] for p in range(self._write_ports)]
+        if not self._shared_write or len(ports) == 1:
+            for port in ports:
+                m.d.comb += port.ready.eq(1)
+            return [(port.valid, port.p) for port in ports]
+        m.submodules.write_arbiter = rr = RoundRobin(len(ports))
+        valid = Signal(name="shared_w_valid")
+        payload = Signal.like(ports[0].p, name="shared_w")
+        m.d.comb += [rr.requests.eq(Cat(*[port.valid for port in ports])), rr.advance.eq(1),
+                     valid.eq(rr.valid)]
+        for p, port in enumerate(ports):
+            with m.If(rr.grant == p):
+                m.d.comb += [port.ready.eq(1), payload.eq(port.p)]
+        return [(valid, payload)]
+
     def _elaborate_macro(self, m, bank_bits):
         """Each bank an instance of ``reshard_sram`` (see :data:`SRAM_VERILOG`)."""
-        W, B = self._data_width, self._data_width // 8
-        abits = max(1, ceil_log2(self._depth))
+        W, B = self._data_width, lanes(self._data_width)
+        abits = index_bits(self._depth)
         rsp = []
         for p in range(self._read_ports):
             port = self.read[p]
             sel, accept = self._read_control(m, p, port, bank_bits)
             rsp.append((port, sel, accept))
         bank_rdata = []
+        writes = self._physical_writes(m)
         for b in range(self._banks):
             we, waddr, wdata, re, raddr = [], [], [], [], []
-            for p in range(self._write_ports):
-                port = self.write[p]
-                m.d.comb += port.ready.eq(1)
-                hit = (port.p.addr[:bank_bits] == b) if bank_bits else 1
+            for p, (valid, req) in enumerate(writes):
+                hit = (req.addr[:bank_bits] == b) if bank_bits else 1
                 en = Signal(B, name=f"b{b}_we{p}")
-                m.d.comb += en.eq(Mux(port.valid & hit, port.p.be, 0))
+                m.d.comb += en.eq(Mux(valid & hit, req.be, 0))
                 we.append(en)
-                waddr.append(port.p.addr[bank_bits:][:abits])
-                wdata.append(port.p.data)
+                waddr.append(req.addr[bank_bits:][:abits])
+                wdata.append(req.data)
             for p, (port, _sel, accept) in enumerate(rsp):
                 re.append(accept & port.req.valid)
                 raddr.append(port.req.p[bank_bits:][:abits])
             rdata = Signal(W * self._read_ports, name=f"b{b}_rdata")
             m.submodules[f"bank{b}"] = Instance(
                 "reshard_sram", p_WIDTH=W, p_DEPTH=self._depth, p_ABITS=abits,
-                p_WPORTS=self._write_ports, p_RPORTS=self._read_ports,
+                p_WPORTS=len(writes), p_RPORTS=self._read_ports,
                 i_clk=ClockSignal("sync"), i_we=Cat(*we), i_waddr=Cat(*waddr), i_wdata=Cat(*wdata),
                 i_re=Cat(*re), i_raddr=Cat(*raddr), o_rdata=rdata)
             bank_rdata.append(rdata)
@@ -309,16 +334,14 @@ class BankedMemory(wiring.Component):
             m.submodules[f"bank{b}"] = mem
             mems.append(mem)
 
-        for p in range(self._write_ports):
-            port = self.write[p]
-            m.d.comb += port.ready.eq(1)
+        for valid, req in self._physical_writes(m):
             for b, mem in enumerate(mems):
-                wp = mem.write_port(granularity=8)
-                bank_hit = (port.p.addr[:bank_bits] == b) if bank_bits else 1
+                wp = mem.write_port(granularity=BYTE_BITS)
+                bank_hit = (req.addr[:bank_bits] == b) if bank_bits else 1
                 m.d.comb += [
-                    wp.addr.eq(port.p.addr[bank_bits:]),
-                    wp.data.eq(port.p.data),
-                    wp.en.eq(Mux(port.valid & bank_hit, port.p.be, 0)),
+                    wp.addr.eq(req.addr[bank_bits:]),
+                    wp.data.eq(req.data),
+                    wp.en.eq(Mux(valid & bank_hit, req.be, 0)),
                 ]
 
         for p in range(self._read_ports):

@@ -41,7 +41,7 @@ def _board(corrupt=False):
     assert expected != b"".join(memories)           # the program changes something
     crc = zlib.crc32(expected) ^ (1 if corrupt else 0)
     top = BoardTop(ARCH, data_width=64, programs=programs, memories=memories, expected_crc=crc,
-                   uart_divisor=DIVISOR)
+                   uart_divisor=DIVISOR, shared_write=True)
     return top, crc
 
 
