@@ -24,10 +24,10 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
 
 from .isa import ArchParams
 from .lib import RoundRobin, chan_bits, check_bus_width, dev_bits, resolve_channels, sem_bits
+from .memory import lanes, word_addr_bits
 
 __all__ = ["NetKind", "NetRequest", "NetAck", "OutputPort", "Route", "Interconnect"]
 
@@ -47,15 +47,14 @@ class NetRequest(data.StructLayout):
     ``be``; for a signal: ``sem``.
     """
     def __init__(self, arch, data_width, channels):
-        word_bits = exact_log2(data_width // 8)
         super().__init__({
             "dst": dev_bits(arch),
             "src": dev_bits(arch),
             "kind": NetKind,
             "chan": chan_bits(channels),
-            "addr": max(1, ceil_log2(arch.mem_bytes) - word_bits),
+            "addr": word_addr_bits(arch.mem_bytes, data_width),
             "data": data_width,
-            "be": data_width // 8,
+            "be": lanes(data_width),
             "sem": sem_bits(arch),
         })
 

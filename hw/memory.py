@@ -21,12 +21,26 @@ from amaranth.hdl import Cat, ClockSignal, Instance, MemoryData, Module, Mux, Si
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
-__all__ = ["ReadPortSignature", "WriteRequest",
+from .lib import RoundRobin, check_bus_width, index_bits
+
+__all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
 
-from .lib import RoundRobin, check_bus_width
+#: Bits per byte: the write-enable granularity.
+BYTE_BITS = 8
+
+
+def lanes(data_width):
+    """Byte lanes of a ``data_width``-bit word (one write enable each)."""
+    return data_width // BYTE_BITS
+
+
+def word_addr_bits(size, data_width):
+    """Width of a word address into ``size`` bytes of ``data_width``-bit words
+    (at least 1): the ``addr`` of :class:`WriteRequest` and of read requests."""
+    return index_bits(max(1, size // lanes(data_width)))
 
 
 class WriteRequest(data.StructLayout):
