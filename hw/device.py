@@ -27,7 +27,7 @@ the coprocessor keeps.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -43,6 +43,10 @@ from .memory import BankedMemory, WritePortSignature
 from .mmu import MMU, TlbEntry
 
 __all__ = ["Device", "CommitBytes", "NetworkPort"]
+
+#: Depth of the queues that only decouple a handoff: signals to this device
+#: itself, and acks of incoming writes.
+HANDOFF_DEPTH = 4
 
 
 class CommitBytes(wiring.Component):
@@ -86,8 +90,8 @@ class NetworkPort(wiring.Component):
     """A device's port on the interconnect, and where its DMA's writes go.
 
     * Outgoing: a DMA write beat for this device (``dev`` = ``local_dev``)
-      goes straight into memory (``local_w``, always ready) and is
-      acknowledged in the same cycle; a beat for another device, and every
+      goes straight into memory (``local_w``) and is acknowledged in the
+      cycle the memory takes it; a beat for another device, and every
       SIGNAL from the coprocessor (write beats first), goes into the queue of
       its destination, leaving on ``net_out[dst]``. The queue to this device
       carries only SIGNALs.
@@ -118,7 +122,8 @@ class NetworkPort(wiring.Component):
     sig_in : ``Out(stream.Signature(sem bits))``
         To the coprocessor (always ready).
     local_w, remote_w : ``Out(WritePortSignature(...))``
-        Memory write ports (always ready).
+        Memory write ports (ready low while a shared write port serves
+        another writer).
     net_out, net_in, ack_out, ack_in
         As the :class:`Device`'s.
     idle : ``Out(1)``
@@ -165,7 +170,7 @@ class NetworkPort(wiring.Component):
                          msg.sem.eq(self.sig.p.sem)]
         queued, empty = Signal(), Signal(D)
         for j in range(D):
-            q = Queue(self._request, 4 if j == me else self._net_depth)
+            q = Queue(self._request, HANDOFF_DEPTH if j == me else self._net_depth)
             m.submodules[f"out{j}"] = q
             wiring.connect(m, q.r, wiring.flipped(self.net_out[j]))
             m.d.comb += [q.w.payload.eq(msg),
@@ -173,29 +178,31 @@ class NetworkPort(wiring.Component):
                          empty[j].eq(q.level == 0)]
             with m.If(msg.dst == j):
                 m.d.comb += queued.eq(q.w.ready)
-        m.d.comb += [wr.ready.eq((wr.p.dev == me) | queued),
+        written = Signal()                       # a local beat entered memory
+        m.d.comb += [written.eq(local & self.local_w.ready),
+                     wr.ready.eq(Mux(wr.p.dev == me, self.local_w.ready, queued)),
                      self.sig.ready.eq(~remote & queued),
                      self.idle.eq(empty.all())]
         # acks to the DMA: a local beat's at once, else a remote one's
         m.submodules.acks_in = acks = Queue(len(self.ack_in.p.chan), self._ack_depth)
         m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
                      self.ack_in.ready.eq(acks.w.ready),
-                     self.wr_ack.valid.eq(local | acks.r.valid),
-                     self.wr_ack.p.eq(Mux(local, wr.p.chan, acks.r.payload)),
-                     acks.r.ready.eq(~local & self.wr_ack.ready)]
+                     self.wr_ack.valid.eq(written | acks.r.valid),
+                     self.wr_ack.p.eq(Mux(written, wr.p.chan, acks.r.payload)),
+                     acks.r.ready.eq(~written & self.wr_ack.ready)]
         # incoming: writes into memory, acked when accepted; signals
-        m.submodules.acks_out = acks_out = Queue(self._ack, 4)
+        m.submodules.acks_out = acks_out = Queue(self._ack, HANDOFF_DEPTH)
         wiring.connect(m, acks_out.r, wiring.flipped(self.ack_out))
         is_write = Signal()
         m.d.comb += [
             is_write.eq(nin.p.kind == NetKind.WRITE),
-            acks_out.w.valid.eq(nin.valid & is_write),
+            acks_out.w.valid.eq(nin.valid & is_write & self.remote_w.ready),
             acks_out.w.p.dst.eq(nin.p.src), acks_out.w.p.chan.eq(nin.p.chan),
             self.remote_w.valid.eq(nin.valid & is_write & acks_out.w.ready),
             self.remote_w.p.addr.eq(nin.p.addr), self.remote_w.p.data.eq(nin.p.data),
             self.remote_w.p.be.eq(nin.p.be),
             self.sig_in.valid.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem),
-            nin.ready.eq(Mux(is_write, acks_out.w.ready, self.sig_in.ready)),
+            nin.ready.eq(Mux(is_write, acks_out.w.ready & self.remote_w.ready, self.sig_in.ready)),
         ]
         return m
 
@@ -229,6 +236,10 @@ class Device(wiring.Component):
         Coprocessor fault-record FIFO depth.
     sram_macro : bool
         Memory banks as ``reshard_sram`` macro instances (for the emitted Verilog).
+    shared_write : bool
+        The memory's three writers (local DMA beats, incoming network beats,
+        the host window) share one physical write port, granted round-robin
+        (FPGA block RAM has one); the default gives each its own port.
 
     Interface attributes
     --------------------
@@ -260,7 +271,7 @@ class Device(wiring.Component):
 
     def __init__(self, arch, *, index=0, data_width=64, program=(), memory=b"", banks=1,
                  outstanding=8, burst_len=None, net_depth=16, ack_depth=16, desc_depth=16,
-                 fault_depth=16, sram_macro=False):
+                 fault_depth=16, sram_macro=False, shared_write=False):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < arch.devices:
@@ -281,7 +292,7 @@ class Device(wiring.Component):
         self._net_depth = net_depth
         self._ack_depth = ack_depth
         self.mem = BankedMemory(data_width=data_width, size=arch.mem_bytes, banks=banks,
-                                read_ports=2, write_ports=3,
+                                read_ports=2, write_ports=3, shared_write=shared_write,
                                 init=b"" if sram_macro else memory, macro=sram_macro)
         self.mmu = MMU(arch, local_dev=index, tag_width=4)
         self.dma = DMA(arch, data_width=data_width, outstanding=outstanding,

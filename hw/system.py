@@ -102,21 +102,24 @@ class System(wiring.Component):
             self.quiescent.eq(quiet & Cat(*[dev.stuck for dev in self.devices]).all()),
             self.done.eq(quiet & ~Cat(*[dev.running for dev in self.devices]).any()),
         ]
-        # lock-step grant: GRANT (holder executes one instruction) -> SETTLE (all landed)
+        # lock-step: GRANT (the holder executes one instruction) -> SETTLE (all landed)
         tok = Signal(range(max(2, D)))
-        settle = Signal()
+        granting = Signal()
         for d, dev in enumerate(self.devices):
             m.d.comb += [
                 dev.start.eq(self.start),
                 dev.quiesced.eq(self.quiescent),
                 dev.step_mode.eq(self.step_mode),
-                dev.step_grant.eq(self.step_mode & ~settle & (tok == d)),
+                dev.step_grant.eq(granting & (tok == d)),
             ]
-        with m.If(self.step_mode):
-            with m.If(~settle):
+        with m.FSM(name="lockstep"):
+            with m.State("GRANT"):
+                m.d.comb += granting.eq(self.step_mode)
                 for d, dev in enumerate(self.devices):
-                    with m.If((tok == d) & (~dev.running | dev.step_ack)):
-                        m.d.sync += settle.eq(1)
-            with m.Elif(quiet):
-                m.d.sync += [settle.eq(0), tok.eq(Mux(tok == D - 1, 0, tok + 1))]
+                    with m.If(self.step_mode & (tok == d) & (~dev.running | dev.step_ack)):
+                        m.next = "SETTLE"
+            with m.State("SETTLE"):
+                with m.If(self.step_mode & quiet):
+                    m.d.sync += tok.eq(Mux(tok == D - 1, 0, tok + 1))
+                    m.next = "GRANT"
         return m

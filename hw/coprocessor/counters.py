@@ -1,7 +1,7 @@
 """Counters: cycles, bytes written per channel, descriptors, zero-copy bytes."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

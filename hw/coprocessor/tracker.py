@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, ResetInserter, Shape, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from ..lib import Queue
 
