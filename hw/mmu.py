@@ -38,9 +38,13 @@ mix: the hit vector reads the entries' ``valid``, ``staged``, ``ctx``,
 ``valid`` and ``staged``, which the select stage does not read, so a
 translation they overtake between the two edges sees the state before them.
 ``REMAP`` also writes fields, so it executes only at an edge where no hit
-vector is waiting for its fields (``fields_free``) and holds the request
-register from loading a new one (``hold``): under a continuous translation
-stream a REMAP costs one bubble, INVAL and COMMIT none.
+vector is waiting for its fields (``fields_free``), and while it waits the
+match stage registers no new hit vector (``hold``): under a continuous
+translation stream a REMAP costs one bubble, INVAL and COMMIT none.
+
+Commands take effect two edges after they are accepted, and the next one is
+accepted at the edge where the previous one takes effect: one command every
+two cycles (:class:`CommandUnit`).
 """
 from __future__ import annotations
 
