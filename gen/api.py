@@ -41,7 +41,7 @@ from model.errors import InputError
 __all__ = [
     "PlanOptions", "plan_reshard", "CompileOptions", "CompiledReshard", "compile_reshard", "compile_to",
     "ENGINES", "RTL_ENGINES", "execute", "summarize", "program_digest", "RunOptions", "run_compiled",
-    "SimOptions", "simulate", "default_sim_dir", "fmt_bytes", "parse_page_sizes", "BUS_BITS",
+    "SimOptions", "simulate", "default_sim_dir", "fmt_bytes", "parse_page_sizes", "check_bus_bits", "BUS_BITS",
 ]
 
 Progress = Callable[[str], None]
