@@ -123,7 +123,7 @@ def test_vcd_written(tmp_path):
     assert len(data) > 10_000 and b"$enddefinitions" in data and b"cop" in data
 
 
-def _sim_cli(tmp_path, train, rollout="vllm:tp=2"):
+def _simulate(tmp_path, train, rollout="vllm:tp=2"):
     """What ``python -m gen sim --engine amaranth --json`` prints, and its exit status."""
     from gen.api import CompileOptions, SimOptions, simulate
     out = simulate(SimOptions(CompileOptions(model="tiny-qwen2", train=train, rollout=rollout),
@@ -134,7 +134,7 @@ def _sim_cli(tmp_path, train, rollout="vllm:tp=2"):
 def test_tiny_qwen2_fsdp2_dp2_reshard_on_rtl(tmp_path):
     """``python -m gen sim``: compile, run on the RTL, verify the rollout shards,
     the compiled end state and the golden model's end state; near the bound."""
-    rc, out = _sim_cli(tmp_path, "fsdp2:dp=2")
+    rc, out = _simulate(tmp_path, "fsdp2:dp=2")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["status"] == ["HALTED", "HALTED"] and out["faults"] == []
     assert out["bytes_copied"] > 0 and out["bytes_remapped"] > 0
@@ -144,14 +144,14 @@ def test_tiny_qwen2_fsdp2_dp2_reshard_on_rtl(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_qwen2_fsdp1_dp2_reshard_on_rtl(tmp_path):
-    rc, out = _sim_cli(tmp_path, "fsdp1:dp=2")
+    rc, out = _simulate(tmp_path, "fsdp1:dp=2")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["cycles"] <= 1.10 * out["lower_bound_cycles"], out
 
 
 @pytest.mark.slow
 def test_tiny_qwen2_fsdp2_dp4_reshard_on_rtl(tmp_path):
-    rc, out = _sim_cli(tmp_path, "fsdp2:dp=4")
+    rc, out = _simulate(tmp_path, "fsdp2:dp=4")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["status"] == ["HALTED"] * 4
 
