@@ -29,6 +29,12 @@ def run(args) -> int:
         json.dump(figures, sys.stdout, indent=1)
         print()
     else:
+        from gen.bench_blocks import stage_table
         for k, v in figures.items():
+            if k == "ecp5_stages":
+                continue
             print(f"{k:>40}: {v}")
+        if figures.get("ecp5_stages"):
+            print("\nECP5 per stage (LFE5U-25F, out of context; each stage alone):")
+            print(stage_table(figures["ecp5_stages"]))
     return 0

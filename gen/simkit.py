@@ -119,7 +119,7 @@ class DmaHarness(Elaboratable):
         self.arch = arch
         self.local_dev = local_dev
         self.dma = DMA(arch, **dma_kw)
-        self.mmu = MMU(arch, local_dev=local_dev, tag_width=4)
+        self.mmu = MMU(arch, local_dev=local_dev, tag_width=0)
         self.gate_req = Signal(init=1)
         self.gate_rsp = Signal(init=1)
         self.memory = memory

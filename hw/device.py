@@ -294,9 +294,9 @@ class Device(wiring.Component):
         self.mem = BankedMemory(data_width=data_width, size=arch.mem_bytes, banks=banks,
                                 read_ports=2, write_ports=3, shared_write=shared_write,
                                 init=b"" if sram_macro else memory, macro=sram_macro)
-        self.mmu = MMU(arch, local_dev=index, tag_width=4)
+        self.mmu = MMU(arch, local_dev=index, tag_width=0)    # the DMA needs no tags: in order
         self.dma = DMA(arch, data_width=data_width, outstanding=outstanding,
-                       burst_len=burst_len, xlat_tag_width=4)
+                       burst_len=burst_len)
         self.cop = Coprocessor(arch, device=index, data_width=data_width, program=program,
                                fault_depth=fault_depth, desc_depth=desc_depth)
         self.hostport = HostPort(self.cop, data_width=data_width)

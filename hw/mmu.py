@@ -88,25 +88,23 @@ class MmuOp(enum.Enum, shape=bits_for(max(Op.REMAP, Op.INVAL, Op.COMMIT))):
 
 
 def translate_request(arch, tag_width):
-    """Layout of a translation request: ``ctx``, ``va``, ``write`` (0: read access), ``tag``."""
-    return data.StructLayout({
-        "ctx": ctx_bits(arch),
-        "va": arch.addr_bits,
-        "write": 1,
-        "tag": tag_width,
-    })
+    """Layout of a translation request: ``ctx``, ``va``, ``write`` (0: read
+    access), and ``tag`` when ``tag_width`` is not 0."""
+    fields = {"ctx": ctx_bits(arch), "va": arch.addr_bits, "write": 1}
+    if tag_width:
+        fields["tag"] = tag_width
+    return data.StructLayout(fields)
 
 
 def translate_response(arch, tag_width):
     """Layout of a translation response: ``pa``, ``dev``, ``cause``, ``tag``.
 
-    ``pa`` and ``dev`` are meaningful only when ``cause`` is ``NONE``."""
-    return data.StructLayout({
-        "pa": arch.addr_bits,
-        "dev": dev_bits(arch),
-        "cause": TranslateCause,
-        "tag": tag_width,
-    })
+    ``pa`` and ``dev`` are meaningful only when ``cause`` is ``NONE``; there
+    is no ``tag`` when ``tag_width`` is 0."""
+    fields = {"pa": arch.addr_bits, "dev": dev_bits(arch), "cause": TranslateCause}
+    if tag_width:
+        fields["tag"] = tag_width
+    return data.StructLayout(fields)
 
 
 class MmuCommand(data.StructLayout):
@@ -356,8 +354,9 @@ class CheckStage(wiring.Component):
             self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
             self.o.payload.pa.eq(Cat(req.va[:p0_bits], pa_pn)),
             self.o.payload.dev.eq(s.dev),
-            self.o.payload.tag.eq(req.tag),
         ]
+        if self._tag_width:
+            m.d.comb += self.o.payload.tag.eq(req.tag)
         return m
 
 
