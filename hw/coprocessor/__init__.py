@@ -1,21 +1,24 @@
 """The reshard coprocessor: fetch, decode and execute ISA v1 programs.
 
 One :class:`Coprocessor` per device, a composition of stage components (one
-file each)::
+file each; ``==>`` a ``lib.stream``, ``-->`` plain signals)::
 
-    imem_w --> Fetch --insn--> Decoder --insn+cause--> Sequencer <-- start, step_mode/grant
-               (imem, pc)      (illegal checks)        (STOPPED/CLEAR/EXEC, lock-step)
-                                                        |  copy    |  sync     |  mmu
-                                                        v          v           v
-                                                   CopyIssue    SyncUnit    MmuCommandUnit
-                                                        |   \\     |  ^ stop -+-> Sequencer
-                                              descriptors|  issued |  |        |
-                                                        v     \\    |  sig_in   +--> mmu_cmd
-      chan_status, beat -----------------------> DescriptorFeeder  +--> sig    +--> dma_flush
-                          per-channel Queue + WriteTracker, RoundRobin --> desc (to the DMA)
-                                   done ---> SyncUnit, MmuCommandUnit
-      beat, issued, committed --> Counters --> cycles, chan_bytes, descriptors, bytes_remapped
-      dma_fault --> FaultQueue --> fault_rd, fault_overflow
+    imem_w ==> Fetch ==insn==> Decoder ==insn+cause==> Sequencer <-- start, step_mode, step_grant
+               imem, pc        illegal checks          STOPPED/CLEAR/EXEC,  --> status, cause,
+                                                       lock-step, dispatch      step_ack
+                             +================copy========+     |    |
+                             v           +======sync============+    +=====mmu=====+
+                        CopyIssue        v                                         v
+             issued <------+ |       SyncUnit ==sig==> (network)            MmuCommandUnit
+             (SyncUnit,      |       FENCE SIGNAL      <==sig_in==          REMAP INVAL COMMIT
+              Counters)      |       WAIT HALT, sems   --unfenced---------> ==cmd==> (MMU)
+                             v       ==stop==> Sequencer                    ==stop==> Sequencer
+      beat, chan_status --> DescriptorFeeder ==desc==> (DMA)                --flush--> (DMA)
+                            queue + WriteTracker per channel, RoundRobin    --committed--> Counters
+                            --done--> SyncUnit, MmuCommandUnit, copies_done
+      beat, issued, committed, commit_bytes --> Counters --> cycles, chan_bytes, descriptors,
+                                                             bytes_remapped
+      dma_fault ==> FaultQueue ==> fault_rd; fault_overflow
 
 * :class:`~.fetch.Fetch` (``fetch.py``): instruction memory (``lib.memory``,
   host-writable while stopped) and the program counter; the word at ``pc``
