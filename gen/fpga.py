@@ -434,6 +434,9 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     from hw.board import BoardPins
     b = board(opts.board)
     p = PARTS[b.part]
+    if p.family != "ecp5":
+        raise InputError(f"--board {b.name}: a device does not fit the {p.name} ({p.lut4} LUT4) and "
+                         f"the smaller self-test subset for it is not built yet; use an ECP5 board")
     freq = _board_freq(opts, b, p)
     env = toolchain_env(p.family, system=opts.system_tools)
     out = opts.out_dir()
