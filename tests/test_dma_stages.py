@@ -290,7 +290,7 @@ def test_translator_contract():
             for _ in range(rng.randrange(3)):
                 await ctx.tick()
             await stream_put(ctx, dut.xlat_rsp, dict(pa=pa if not cause else 0, dev=dev,
-                                                    cause=cause, tag=0))
+                                                    cause=cause))
 
     async def drops(ctx):
         async for _, _, v, p in ctx.tick().sample(dut.dropped.valid, dut.dropped.payload):
