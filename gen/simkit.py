@@ -464,3 +464,42 @@ async def uart_receive(ctx, tx, divisor, count):
         assert ctx.get(tx) == 1, "stop bit not high"
         out.append(byte)
     return bytes(out)
+
+
+def stream_monitor(stream, name, log=None, *, unless=None):
+    """Background testbench checking the stream contract: an offer that is
+    not taken stays, unchanged, until it is. Appends each transfer's payload
+    (as an integer) to ``log`` when given. ``unless``: a signal that, while
+    high, lets the producer withdraw its offer (a flush)."""
+    from amaranth.hdl import Value
+
+    async def mon(ctx):
+        held = None
+        async for _, _, valid, ready, payload, exempt in ctx.tick().sample(
+                stream.valid, stream.ready, Value.cast(stream.payload),
+                Value.cast(0 if unless is None else unless)):
+            if held is not None and not exempt:
+                assert valid and payload == held, f"{name}: an offer was withdrawn or changed"
+            held = payload if valid and not ready else None
+            if valid and ready and log is not None:
+                log.append(payload)
+    return mon
+
+
+class FixedPriority(wiring.Component):
+    """:class:`hw.lib.RoundRobin`'s interface with fixed priority (requester 0
+    first): the arbiter a fairness test must reject."""
+
+    def __init__(self, count):
+        from amaranth.lib.wiring import In, Out
+        self._count = count
+        super().__init__({"requests": In(count), "grant": Out(range(max(2, count))),
+                          "valid": Out(1), "advance": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.valid.eq(self.requests.any())
+        for c in reversed(range(self._count)):
+            with m.If(self.requests[c]):
+                m.d.comb += self.grant.eq(c)
+        return m

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import random
 
-from amaranth.hdl import ClockDomain, Module, Value
+from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import data
 
-from gen.simkit import run_simulation, stream_get, stream_put
+from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor
 from hw.coprocessor.common import CauseCode, StatusCode
 from hw.coprocessor.counters import Counters
 from hw.coprocessor.decode import Decoder
@@ -29,23 +29,6 @@ ARCH = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 
                   tlb_entries=8, contexts=4, channels=3, semaphores=4, imem_words=16,
                   addr_bits=20)
 V = encode(Op.VERSION, version=ISA_VERSION)
-
-
-def monitor(stream, log, name, *, unless=None):
-    """Background testbench: checks the stream contract and logs each transfer
-    (the payload as an integer). ``unless``: a signal that, while high, lets
-    the producer withdraw its offer (a flush)."""
-    async def mon(ctx):
-        held = None
-        async for _, _, valid, ready, payload, exempt in ctx.tick().sample(
-                stream.valid, stream.ready, Value.cast(stream.payload),
-                Value.cast(0 if unless is None else unless)):
-            if held is not None and not exempt:
-                assert valid and payload == held, f"{name}: an offer was withdrawn or changed"
-            held = payload if valid and not ready else None
-            if valid and ready:
-                log.append(payload)
-    return mon
 
 
 def code(x):
@@ -92,7 +75,7 @@ def test_fetch_streams_the_program_in_order_and_takes_host_writes_only_when_stop
             await stream_get(ctx, dut.insn, rng=rng, bp_prob=0.5)
         assert not ctx.get(dut.imem_w.ready) and ctx.get(dut.pc) == 13
 
-    run_simulation(dut, [tb], [monitor(dut.insn, seen, "insn")])
+    run_simulation(dut, [tb], [stream_monitor(dut.insn, log=seen, name="insn")])
     words = prog + [0, 0, 0x1234]
     assert [(v & 0x1f, v >> 5) for v in seen] == [(i, w) for i, w in enumerate(words)]
 
@@ -137,7 +120,7 @@ def test_decoder_causes_match_the_golden_model():
             got.append(int(p.cause.value) if hasattr(p.cause, "value") else int(p.cause))
 
     log = []
-    run_simulation(clocked(dut), [producer, consumer], [monitor(dut.o, log, "o")])
+    run_simulation(clocked(dut), [producer, consumer], [stream_monitor(dut.o, log=log, name="o")])
     assert got == expect
     assert any(expect) and not all(expect)
 
@@ -179,7 +162,7 @@ def test_sequencer_dispatches_in_order_and_stops():
         return consume
 
     run_simulation(dut, [tb], [unit(n) for n in UNIT_OPS]
-                   + [monitor(getattr(dut, n), logs[n], n) for n in UNIT_OPS])
+                   + [stream_monitor(getattr(dut, n), log=logs[n], name=n) for n in UNIT_OPS])
     for name in UNIT_OPS:
         assert logs[name] == [w for op, w in zip(ops, words) if unit_of.get(op) == name]
 
@@ -233,8 +216,8 @@ def test_copy_issue_turns_copies_into_descriptors():
                                                         "row_bytes", "rows", "src_stride",
                                                         "dst_stride")})
 
-    run_simulation(clocked(dut), [producer, consumer], [stepper, monitor(dut.desc, [], "desc"),
-                                               monitor(dut.insn, [], "insn")])
+    run_simulation(clocked(dut), [producer, consumer], [stepper, stream_monitor(dut.desc, log=[], name="desc"),
+                                               stream_monitor(dut.insn, log=[], name="insn")])
     assert got == [{n: field(w, Op.COPY, n) for n in got[0]} for w in words]
     assert issued == [1 << field(w, Op.COPY, "chan") for w in words]
 
@@ -290,7 +273,7 @@ def test_feeder_per_channel_order_round_robin_and_dma_slots():
         while not (sum(len(v) for v in taken.values()) == len(descs) and ctx.get(dut.done) == 7):
             await ctx.tick()
 
-    run_simulation(dut, [producer, waiter], [dma, monitor(dut.desc, [], "desc")])
+    run_simulation(dut, [producer, waiter], [dma, stream_monitor(dut.desc, log=[], name="desc")])
     for c in range(3):
         assert taken[c] == [d["tag"] for d in descs if d["chan"] == c]
 
@@ -378,7 +361,7 @@ def test_sync_unit_signal_wait_fence_halt():
             p = await stream_get(ctx, dut.sig, rng=rng, bp_prob=0.5)
             sent.append((int(p.dev), int(p.sem)))
 
-    run_simulation(dut, [tb], [network, monitor(dut.sig, [], "sig")])
+    run_simulation(dut, [tb], [network, stream_monitor(dut.sig, log=[], name="sig")])
     assert sent == [(1, 2), (2, 0), (0, 3), (2, 1)]
     assert stops == [(1, StatusCode.HALTED.value, CauseCode.NONE.value)]
 
@@ -428,7 +411,7 @@ def test_mmu_command_unit_sends_commands_and_checks_commit():
             if f:
                 flushes.append(1)
 
-    run_simulation(clocked(dut), [tb], [mmu, flush_mon, monitor(dut.cmd, [], "cmd")])
+    run_simulation(clocked(dut), [tb], [mmu, flush_mon, stream_monitor(dut.cmd, log=[], name="cmd")])
     assert got == [(MmuOp.INVAL.value, 2, 1, 0x100, 0), (MmuOp.REMAP.value, 1, 1, 0x400, 0x800),
                    (MmuOp.INVAL.value, 3, 0, 0x200, 0), (MmuOp.COMMIT.value, 1, 0, 0, 0)]
     assert len(flushes) == 4
@@ -502,7 +485,7 @@ def test_fault_queue_keeps_order_and_flags_overflow():
         for _ in recs:
             await stream_get(ctx, dut.r, rng=rng, bp_prob=0.5)
 
-    run_simulation(dut, [producer, host], [monitor(dut.r, log, "r", unless=dut.flush)])
+    run_simulation(dut, [producer, host], [stream_monitor(dut.r, log=log, name="r", unless=dut.flush)])
     assert len(log) >= len(recs)
     layout = dut.r.payload.shape()
     got = [data.Const(layout, v) for v in log[:len(recs)]]

@@ -3,13 +3,10 @@
 the engine round-robin, so their beats interleave chunk by chunk and they
 finish about one burst apart. The same check fails when the arbiter is made
 fixed-priority (channel 0 first), which is what it is for."""
-from amaranth.hdl import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 import hw.dma.frontend
 from hw.isa import ArchParams
-from gen.simkit import DmaHarness, MemoryModel, mmu_command, run_simulation, stream_put
+from gen.simkit import DmaHarness, MemoryModel, mmu_command, run_simulation, stream_put, FixedPriority
 
 ARCH = ArchParams(devices=2, mem_bytes=1 << 16, page_sizes=(1024, 4096, 16384, 65536),
                   tlb_entries=32, contexts=4, channels=4, addr_bits=20)
@@ -80,23 +77,6 @@ def test_channels_share_round_robin():
     assert not unfairness(beats, last, 4)
     # and the whole batch still ran at a beat per cycle
     assert max(last.values()) - min(last.values()) <= 4 * (BURST + 4)
-
-
-class FixedPriority(wiring.Component):
-    """A stand-in for :class:`hw.lib.RoundRobin` that always grants the lowest requester."""
-
-    def __init__(self, count):
-        self._count = count
-        super().__init__({"requests": In(count), "grant": Out(range(max(2, count))),
-                          "valid": Out(1), "advance": In(1)})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.valid.eq(self.requests.any())
-        for c in reversed(range(self._count)):
-            with m.If(self.requests[c]):
-                m.d.comb += self.grant.eq(c)
-        return m
 
 
 def test_fairness_check_catches_fixed_priority(monkeypatch):

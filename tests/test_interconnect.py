@@ -11,14 +11,13 @@ from collections import defaultdict
 
 import pytest
 
-from amaranth.hdl import ClockDomain, Module, Value
-from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import ClockDomain, Module
+from amaranth.lib import data
 
 import hw.interconnect
 from hw.interconnect import Interconnect, NetAck, NetKind, OutputPort, Route
 from hw.isa import ArchParams
-from gen.simkit import run_simulation, stream_get, stream_put
+from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor, FixedPriority
 
 ARCH = ArchParams(devices=3, mem_bytes=4096, page_sizes=(256, 512, 1024, 2048), tlb_entries=4,
                   contexts=2, channels=4, semaphores=2, imem_words=16, addr_bits=13)
@@ -178,18 +177,6 @@ def test_acks_routed_to_source_under_back_pressure():
 MSG = data.StructLayout({"src": 2, "seq": 8})
 
 
-def contract(stream, name):
-    """Background testbench: an offer that is not taken stays, unchanged."""
-    async def mon(ctx):
-        held = None
-        async for _, _, valid, ready, payload in ctx.tick().sample(
-                stream.valid, stream.ready, Value.cast(stream.payload)):
-            if held is not None:
-                assert valid and payload == held, f"{name}: an offer was withdrawn or changed"
-            held = payload if valid and not ready else None
-    return mon
-
-
 def test_stage_constructor_errors():
     with pytest.raises(ValueError, match="Input count must be a positive integer, not 0"):
         OutputPort(MSG, 0)
@@ -226,7 +213,7 @@ def test_output_port_stream_contract(seed):
         assert not ctx.get(port.busy)
 
     run_simulation(port, [receiver] + [sender(i) for i in range(3)],
-                   [contract(port.o, "o")] + [contract(port.i[i], f"i{i}") for i in range(3)])
+                   [stream_monitor(port.o, "o")] + [stream_monitor(port.i[i], f"i{i}") for i in range(3)])
     for i in range(3):
         assert [k for s, k in got if s == i] == list(range(n))
 
@@ -258,26 +245,9 @@ def test_route_stream_contract(seed):
     top.domains.sync = ClockDomain()
     top.submodules.route = route
     run_simulation(top, [sender], [receiver(j) for j in range(D)]
-                   + [contract(route.o[j], f"o{j}") for j in range(D)])
+                   + [stream_monitor(route.o[j], f"o{j}") for j in range(D)])
     for j in range(D):
         assert got[j] == [m["chan"] for m in msgs if m["dst"] == j]
-
-
-class FixedPriority(wiring.Component):
-    """RoundRobin's interface with fixed priority (input 0 first): the
-    arbiter the fairness test must reject."""
-    def __init__(self, count):
-        self._count = count
-        super().__init__({"requests": In(count), "grant": Out(range(max(2, count))),
-                          "valid": Out(1), "advance": In(1)})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.valid.eq(self.requests.any())
-        for c in reversed(range(self._count)):
-            with m.If(self.requests[c]):
-                m.d.comb += self.grant.eq(c)
-        return m
 
 
 def _check_fair_interleave(bp_prob):

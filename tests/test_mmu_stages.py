@@ -10,9 +10,9 @@ import copy
 import random
 
 import pytest
-from amaranth.hdl import ClockDomain, Module, Value
+from amaranth.hdl import ClockDomain, Module
 
-from gen.simkit import TlbModel, run_simulation, stream_get, stream_put
+from gen.simkit import TlbModel, run_simulation, stream_get, stream_put, stream_monitor
 from hw.isa import ArchParams
 from hw.mmu import CheckStage, CommandUnit, MatchStage, MMU, SelectStage, TranslateCause
 from gen.simkit import mmu_command
@@ -22,21 +22,6 @@ ARCH = ArchParams(devices=2, mem_bytes=1 << 16, page_sizes=(1024, 4096, 16384, 6
                   tlb_entries=8, contexts=4, addr_bits=20)
 P0 = ARCH.page_sizes[0]
 N = 120          # transfers per test
-
-
-def contract(stream, log, name):
-    """Background testbench: an offer not taken stays unchanged; logs each
-    transfer's payload (as an integer)."""
-    async def mon(ctx):
-        held = None
-        async for _, _, valid, ready, payload in ctx.tick().sample(
-                stream.valid, stream.ready, Value.cast(stream.payload)):
-            if held is not None:
-                assert valid and payload == held, f"{name}: an offer was withdrawn or changed"
-            held = payload if valid and not ready else None
-            if valid and ready:
-                log.append(payload)
-    return mon
 
 
 def producer(stream, items, rng, idle_prob=0.3):
@@ -111,7 +96,7 @@ def test_match_stage(seed):
                 assert not ctx.get(dut.o.valid), "a hit vector was registered under hold"
 
     run_simulation(dut, [producer(dut.i, reqs, rng), consumer],
-                   [contract(dut.o, log, "match.o"), hold])
+                   [stream_monitor(dut.o, log=log, name="match.o"), hold])
     assert len(log) == N
 
 
@@ -146,7 +131,7 @@ def test_select_stage(seed):
             assert f == (not v or r)
 
     run_simulation(dut, [producer(dut.i, items, rng), consumer],
-                   [contract(dut.o, log, "select.o"), free])
+                   [stream_monitor(dut.o, log=log, name="select.o"), free])
     assert len(log) == N
 
 
@@ -186,7 +171,7 @@ def test_check_stage(local_dev):
                 assert (int(p.pa), int(p.dev)) == (pa, dev)
 
     run_simulation(clocked(dut), [producer(dut.i, items, rng), consumer],
-                   [contract(dut.o, log, "check.o")])
+                   [stream_monitor(dut.o, log=log, name="check.o")])
     assert len(log) == N
     assert {c for _, _, c in expect} == set(range(6))
 
