@@ -5,9 +5,10 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Crc32"]
+__all__ = ["Crc32", "CRC_BITS"]
 
 _POLY = 0xEDB88320        # reflected polynomial 0x04C11DB7
+CRC_BITS = 32
 
 
 def _step_matrix(nbytes):
@@ -20,10 +21,10 @@ def _step_matrix(nbytes):
             for _ in range(8):
                 reg = (reg >> 1) ^ (_POLY if reg & 1 else 0)
         return reg
-    cols_reg = [advance(1 << b, 0) for b in range(32)]
+    cols_reg = [advance(1 << b, 0) for b in range(CRC_BITS)]
     cols_data = [advance(0, 1 << b) for b in range(8 * nbytes)]
-    return [([b for b in range(32) if cols_reg[b] >> o & 1],
-             [b for b in range(8 * nbytes) if cols_data[b] >> o & 1]) for o in range(32)]
+    return [([b for b in range(CRC_BITS) if cols_reg[b] >> o & 1],
+             [b for b in range(8 * nbytes) if cols_data[b] >> o & 1]) for o in range(CRC_BITS)]
 
 
 class Crc32(wiring.Component):
@@ -50,19 +51,19 @@ class Crc32(wiring.Component):
             raise ValueError(f"Data width must be a positive multiple of 8, not {data_width!r}")
         self._data_width = data_width
         super().__init__({"words": In(stream.Signature(data_width)), "clear": In(1),
-                          "crc": Out(32)})
+                          "crc": Out(CRC_BITS)})
 
     data_width = property(lambda self: self._data_width, doc="Word width in bits.")
 
     def elaborate(self, platform):
         m = Module()
-        reg = Signal(32, init=0xFFFFFFFF)
+        reg = Signal(CRC_BITS, init=(1 << CRC_BITS) - 1)
         word = self.words.payload
         nxt = Cat(*[Cat(*[reg[i] for i in ri], *[word[j] for j in dj]).xor()
                     for ri, dj in _step_matrix(self._data_width // 8)])
         m.d.comb += [self.words.ready.eq(1), self.crc.eq(~reg)]
         with m.If(self.clear):
-            m.d.sync += reg.eq(0xFFFFFFFF)
+            m.d.sync += reg.eq((1 << CRC_BITS) - 1)
         with m.Elif(self.words.valid):
             m.d.sync += reg.eq(nxt)
         return m

@@ -17,6 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axilite import AxiLiteCommand, AxiLiteResponse
+from .crc import CRC_BITS
 from .hostport import ADDR_WIDTH, OKAY, field, register
 from .isa import Status
 
@@ -81,8 +82,8 @@ class SelfTest(wiring.Component):
             "dev": Out(range(max(2, devices))),
             "rsp": In(stream.Signature(AxiLiteResponse())),
             "start": Out(1), "done": In(1),
-            "crc_words": Out(stream.Signature(32)), "crc_clear": Out(1), "crc": In(32),
-            "finished": Out(1), "passed": Out(1), "cycles": Out(32),
+            "crc_words": Out(stream.Signature(_LANE_BITS)), "crc_clear": Out(1),
+            "crc": In(CRC_BITS), "finished": Out(1), "passed": Out(1), "cycles": Out(_LANE_BITS),
         })
 
     def elaborate(self, platform):

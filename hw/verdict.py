@@ -7,7 +7,12 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["VerdictLine"]
 
-_DIGITS = 10                  # a 32-bit count has at most 10 decimal digits
+from .crc import CRC_BITS
+
+COUNT_BITS = 32               # the host port's CYCLES_LO register
+_DIGITS = len(str((1 << COUNT_BITS) - 1))
+_HEX_DIGITS = CRC_BITS // 4
+_CHAR = 8                     # ASCII
 
 
 def _literal(m, index, text, out):
@@ -35,19 +40,20 @@ class VerdictLine(wiring.Component):
     """
 
     def __init__(self):
-        super().__init__({"start": In(1), "passed": In(1), "cycles": In(32), "crc": In(32),
-                          "busy": Out(1), "data": Out(stream.Signature(8))})
+        super().__init__({"start": In(1), "passed": In(1), "cycles": In(COUNT_BITS),
+                          "crc": In(CRC_BITS), "busy": Out(1),
+                          "data": Out(stream.Signature(_CHAR))})
 
     def elaborate(self, platform):
         m = Module()
         passed = Signal()
-        rem = Signal(32)                       # cycles left to print, then CRC shifted out
-        crc = Signal(32)
-        idx = Signal(range(16))
-        digit = Signal(4)
+        rem = Signal(COUNT_BITS)               # what is left of the count to print
+        crc = Signal(CRC_BITS)                 # shifted out a hex digit at a time
+        idx = Signal(range(max(_HEX_DIGITS, len(" cycles="))))  # position in a literal or the hex
+        digit = Signal(range(10))
         power = Signal(range(_DIGITS))         # 10**power is being subtracted
         seen = Signal()                        # a non-zero digit was printed
-        pow10 = Signal(32)
+        pow10 = Signal(COUNT_BITS)
         with m.Switch(power):
             for k in range(_DIGITS):
                 with m.Case(k):
@@ -60,13 +66,13 @@ class VerdictLine(wiring.Component):
                                  idx.eq(0)]
                     m.next = "WORD"
             with m.State("WORD"):
-                word = Signal(8)
+                word = Signal(_CHAR)
                 _literal(m, idx, "PASS", word)
                 with m.If(~passed):
                     _literal(m, idx, "FAIL", word)
                 self._emit_text(m, word, idx, 4, "CYCLES_TEXT", sent)
             with m.State("CYCLES_TEXT"):
-                ch = Signal(8)
+                ch = Signal(_CHAR)
                 _literal(m, idx, " cycles=", ch)
                 with m.If(sent & (idx == 7)):
                     m.d.sync += [power.eq(_DIGITS - 1), digit.eq(0), seen.eq(0)]
@@ -85,20 +91,20 @@ class VerdictLine(wiring.Component):
                             m.d.sync += idx.eq(0)
                             m.next = "CRC_TEXT"
             with m.State("CRC_TEXT"):
-                ch = Signal(8)
+                ch = Signal(_CHAR)
                 _literal(m, idx, " crc=", ch)
                 self._emit_text(m, ch, idx, 5, "HEX", sent)
             with m.State("HEX"):
-                nib = crc[28:]
+                nib = crc[CRC_BITS - 4:]
                 m.d.comb += [self.data.valid.eq(1),
                              self.data.payload.eq(Mux(nib < 10, ord("0") + nib, ord("a") - 10 + nib))]
                 with m.If(sent):
                     m.d.sync += [crc.eq(crc << 4), idx.eq(idx + 1)]
-                    with m.If(idx == 7):
+                    with m.If(idx == _HEX_DIGITS - 1):
                         m.d.sync += idx.eq(0)
                         m.next = "END"
             with m.State("END"):
-                ch = Signal(8)
+                ch = Signal(_CHAR)
                 _literal(m, idx, "\r\n", ch)
                 self._emit_text(m, ch, idx, 2, "IDLE", sent)
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
