@@ -156,7 +156,15 @@ class Translator(wiring.Component):
                 with m.If(self.cmd.ready):
                     m.next = "LOOKUP"
 
-        # cache fill and invalidation
+        self._fill_caches(m, (s_w, s_valid), (d_w, d_valid), ck, rsp, fill, side)
+        m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
+        return m
+
+    def _fill_caches(self, m, src, dst, ck, rsp, fill, side):
+        """Write an answered translation into the source or destination
+        cache of the chunk's channel; ``flush`` empties both."""
+        g, pb = self._g, self._g.page_bits
+        (s_w, s_valid), (d_w, d_valid) = src, dst
         m.d.comb += [
             s_w.data.vpn.eq(ck.src[pb:]), s_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
             d_w.data.vpn.eq(ck.dst[pb:]), d_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
@@ -169,5 +177,3 @@ class Translator(wiring.Component):
             m.d.sync += s_valid.eq(s_valid | (1 << ck.chan))
         with m.If(self.flush):
             m.d.sync += [s_valid.eq(0), d_valid.eq(0)]
-        m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
-        return m
