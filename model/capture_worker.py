@@ -618,10 +618,9 @@ def run_worker(a) -> int:
                             rank=rank, world_size=world)
     cpu_platform.install()
     from functools import partial
-    from verl.trainer.config import CheckpointConfig
-    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
     from verl.workers.utils.losses import sft_loss
+
+    from model.verl_engine import build_engine
 
     rec = Recorder(rank)
     install_eager_wrappers(rec)
@@ -630,14 +629,8 @@ def run_worker(a) -> int:
     progress(f"initialising verl FSDPEngine ({a.strategy}) on {world} ranks")
     maybe_fault("init")
     with mode:
-        model_config = HFModelConfig(path=a.model_dir, load_tokenizer=False,
-                                     override_config={"attn_implementation": "sdpa"},
-                                     use_remove_padding=False)
-        engine_config = FSDPEngineConfig(strategy=a.strategy, use_torch_compile=False, seed=a.seed,
-                                         use_remove_padding=False, max_token_len_per_gpu=4096)
-        optim_config = FSDPOptimizerConfig(lr=1e-5, total_training_steps=1)
-        engine = FSDPEngineWithLMHead(model_config, engine_config, optim_config, CheckpointConfig())
-        engine.initialize()
+        engine = build_engine(a.model_dir, strategy=a.strategy, seed=a.seed, lr=1e-5, total_steps=1,
+                              max_token_len_per_gpu=4096)
 
         shards = fsdp2_shards(engine.module, rank) if a.strategy == "fsdp2" else fsdp1_shards(engine.module, rank)
         records.extend(shards)
