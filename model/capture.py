@@ -58,7 +58,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +65,7 @@ from importlib import metadata
 from pathlib import Path
 
 from model.errors import InputError
+from model.ranks import RankError, run_ranks
 
 SCHEMA = 1
 STRATEGIES = {"fsdp1": "fsdp", "fsdp2": "fsdp2"}
@@ -73,10 +73,10 @@ PHASES = ("init", "export", "forward", "backward", "optimizer")
 KINDS = ("header", "shard", "collective", "bucket")
 MAX_WORLD = 32
 MAX_PARAMS = 1_000_000_000
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class CaptureError(Exception):
+
+class CaptureError(RankError):
     """The capture run failed (a worker crashed or timed out). One-line message."""
 
 
@@ -123,84 +123,13 @@ def _architecture(spec) -> str:
             "mistral": "MistralForCausalLM"}[spec.model_type]
 
 
-def _last_line(path: Path) -> str | None:
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return None
-    return lines[-1] if lines else None
-
-
-_PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo/transport")
-
-
-def _is_peer_loss(line) -> bool:
-    """A rank that failed only because another rank went away."""
-    return bool(line) and any(p in line for p in _PEER_LOSS)
-
-
-def _worker_error(workdir: Path, rank: int, rc) -> str:
-    err = _last_line(workdir / f"rank{rank}.error")
-    if err is None:
-        err = _last_line(workdir / f"rank{rank}.log") or "no output"
-        if rc is not None and rc < 0:
-            err = f"killed by signal {-rc}; last output: {err}"
-    return err
-
-
 def _run_workers(spec, strategy: str, world: int, bucket_mb: int, seed: int, workdir: Path,
                  model_dir: Path, timeout: float, progress) -> list[Path]:
-    env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    procs = []
     progress(f"starting {world} workers (verl {_version('verl')}, {strategy}, gloo)")
-    try:
-        for rank in range(world):
-            log = open(workdir / f"rank{rank}.log", "w")
-            cmd = [sys.executable, "-m", "model.capture_worker", "--rank", str(rank), "--world", str(world),
-                   "--strategy", STRATEGIES[strategy], "--model-dir", str(model_dir),
-                   "--workdir", str(workdir), "--seed", str(seed), "--bucket-mb", str(bucket_mb)]
-            procs.append(subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            log.close()
-        deadline = time.monotonic() + timeout
-        seen = 0
-        progress_file = workdir / "progress"
-        while True:
-            if progress_file.exists():
-                lines = progress_file.read_text().splitlines()
-                for line in lines[seen:]:
-                    progress(line)
-                seen = len(lines)
-            codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                time.sleep(0.3)  # let a crashing rank finish writing its error
-                # the first rank with its own exception line is the cause; the others lost a peer
-                codes = [p.poll() for p in procs]
-                failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-                own = [(r, c) for r, c in failed if (workdir / f"rank{r}.error").exists()]
-                cause = [(r, c) for r, c in own if not _is_peer_loss(_last_line(workdir / f"rank{r}.error"))]
-                rank, rc = (cause or own or failed)[0]
-                raise CaptureError(f"worker rank {rank} failed (exit {rc}): {_worker_error(workdir, rank, rc)}")
-            if all(c == 0 for c in codes):
-                break
-            if time.monotonic() > deadline:
-                raise CaptureError(f"capture timed out after {timeout:g} s "
-                                   f"(ranks still running: {[r for r, c in enumerate(codes) if c is None]})")
-            time.sleep(0.1)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+    run_ranks("model.capture_worker",
+              lambda rank: ["--strategy", STRATEGIES[strategy], "--model-dir", str(model_dir),
+                            "--workdir", str(workdir), "--seed", str(seed), "--bucket-mb", str(bucket_mb)],
+              world, workdir, timeout=timeout, progress=progress, error=CaptureError)
     return [workdir / f"rank{r}.jsonl" for r in range(world)]
 
 

@@ -16,7 +16,8 @@ import os
 import sys
 import threading
 import time
-import traceback
+
+from model.ranks import Progress, init_gloo, worker_failed
 
 PHASES = ("init", "export", "forward", "backward", "optimizer")
 FAULT_ENV = "RESHARDIP_CAPTURE_FAULT"  # "<rank>:<phase>": raise there (tests)
@@ -591,16 +592,6 @@ def make_batch(vocab: int, seed: int, rank: int, n_seq: int = 2):
                              non_tensor_dict=meta), lens
 
 
-class Progress:
-    def __init__(self, path, rank):
-        self.f = open(path, "a") if rank == 0 else None
-
-    def __call__(self, msg):
-        if self.f:
-            self.f.write(msg + "\n")
-            self.f.flush()
-
-
 def run_worker(a) -> int:
     import torch
     torch.set_num_threads(1)
@@ -614,8 +605,7 @@ def run_worker(a) -> int:
 
     from model import cpu_platform  # registers the platform class
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(a.workdir, 'rendezvous')}",
-                            rank=rank, world_size=world)
+    init_gloo(a.workdir, rank, world)
     cpu_platform.install()
     from functools import partial
     from verl.workers.utils.losses import sft_loss
@@ -731,13 +721,7 @@ def main(argv=None) -> int:
     try:
         return run_worker(a)
     except BaseException as e:  # noqa: BLE001 - report anything, one line
-        traceback.print_exc()
-        line = traceback.format_exception_only(type(e), e)[-1].strip().replace("\n", " ")
-        with open(os.path.join(a.workdir, f"rank{a.rank}.error"), "w") as f:
-            f.write(line + "\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)  # skip interpreter teardown: it can block on a process group whose peers are gone
+        worker_failed(a.workdir, a.rank, e)
 
 
 if __name__ == "__main__":
