@@ -158,12 +158,13 @@ def run_programs(arch, bus_bits: int, programs, memories, progress=None,
     from hw.isa import WORD_BITS
     progress = progress or (lambda m: None)
     binary, _ = build_simulator(arch, bus_bits, progress)
-    work = Path(tempfile.mkdtemp(prefix="reshard-vl-"))
-    for d, (prog, mem) in enumerate(zip(programs, memories)):
-        (work / f"dev{d}").mkdir()
-        write_hex(work / f"dev{d}" / "program.hex", list(prog) or [0], WORD_BITS)
-        write_hex(work / f"dev{d}" / "mem_init.hex", bytes(mem).ljust(arch.mem_bytes, b"\0"), bus_bits)
-    return _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
+    with tempfile.TemporaryDirectory(prefix="reshard-vl-") as tmp:
+        work = Path(tmp)
+        for d, (prog, mem) in enumerate(zip(programs, memories)):
+            (work / f"dev{d}").mkdir()
+            write_hex(work / f"dev{d}" / "program.hex", list(prog) or [0], WORD_BITS)
+            write_hex(work / f"dev{d}" / "mem_init.hex", bytes(mem).ljust(arch.mem_bytes, b"\0"), bus_bits)
+        return _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
 
 
 def run_verilator(loaded, progress=None, max_cycles: int | None = None,
