@@ -94,8 +94,12 @@ def _stderr(msg: str) -> None:
     print(f"loop: {msg}", file=sys.stderr, flush=True)
 
 
-def run_loop(opts: LoopOptions, progress=_stderr) -> dict:
-    """Run the loop and its reference; the JSON-ready summary (``verified`` is the verdict)."""
+def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
+    """Run the loop and its reference; the JSON-ready summary (``verified`` is the verdict).
+
+    ``keep_records``: a directory to copy every rank's raw records into
+    (``rank<r>.reference.pt``, ``rank<r>.hardware.pt``; see :mod:`gen.loop_worker`).
+    """
     from model.capture import _write_model
     from model.models import load_model
     from model.plan import make_plan
@@ -129,6 +133,10 @@ def run_loop(opts: LoopOptions, progress=_stderr) -> dict:
                       progress=progress, error=LoopError)
         except RankError as e:
             raise LoopError(str(e)) from None
+        if keep_records is not None:
+            Path(keep_records).mkdir(parents=True, exist_ok=True)
+            for f in workdir.glob("rank*.pt"):
+                shutil.copy(f, Path(keep_records) / f.name)
         import torch
         ref = [torch.load(workdir / f"rank{r}.reference.pt", weights_only=False) for r in range(opts.world)]
         hw = [torch.load(workdir / f"rank{r}.hardware.pt", weights_only=False) for r in range(opts.world)]
