@@ -15,6 +15,7 @@ command                options                            function
 ``sim``                :class:`SimOptions`                :func:`simulate`
 ``verilog``            :class:`gen.verilog.VerilogOptions`  :func:`gen.verilog.emit_verilog`
 ``bench``              :class:`gen.bench.BenchOptions`    :func:`gen.bench.run_bench`
+``loop``               :class:`gen.loop.LoopOptions`      :func:`gen.loop.run_loop`
 =====================  =================================  ===========================
 
 Underneath: :func:`execute` runs a compiled directory on one engine and

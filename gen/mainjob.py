@@ -6,7 +6,10 @@
 4. compile the tiny-qwen2 reshard and verify it on the golden model;
 5. run it on the Amaranth RTL, verified, with cycles against the lower bound;
 6. emit the Verilog and run the same reshard on it under Verilator, checking
-   it agrees with the Amaranth simulation cycle for cycle.
+   it agrees with the Amaranth simulation cycle for cycle;
+7. the closed loop, 2 iterations: verl trains with GRPO, every weight sync runs
+   on the emitted Verilog, the TP rollout generates from what it left in
+   memory, bit-identical to a run fed by verl's export directly.
 
 Every step prints what it found; the last line is the verdict.
 """
@@ -50,7 +53,7 @@ def _plan_line(model_name: str, train: str, rollout: str, dtype: str = "bf16") -
 
 def run(args) -> int:
     s = _Steps()
-    print("ReshardIP main job: verl capture -> layouts -> plans -> programs -> golden model -> RTL -> Verilog")
+    print("ReshardIP main job: verl capture -> layouts -> plans -> programs -> golden model -> RTL -> Verilog -> closed loop")
 
     s.step("1. capture: verl 0.9.1 FSDPEngine, tiny-qwen2, fsdp2, 2 CPU ranks (gloo)")
     from model.capture import capture, read_trace
@@ -116,10 +119,22 @@ def run(args) -> int:
     s.check(vres["verified"], "Verilog run verified against the sliced tensors")
     s.check(not diffs, "Verilog and Amaranth agree: memories, mappings, faults, cycle for cycle")
 
+    s.step("7. the closed loop: verl trains (GRPO), the Verilog syncs the weights, the TP rollout generates")
+    from gen.loop import LoopError, LoopOptions, report_lines, run_loop
+    try:
+        loop = run_loop(LoopOptions(steps=2, engine="verilator"), progress=lambda m: print(f"   {m}", flush=True))
+    except LoopError as e:
+        print(f"   error: {e}")
+        loop = {"verified": False}
+    else:
+        for line in report_lines(loop):
+            print(f"   {line}")
+    s.check(loop["verified"], "2 iterations: every sync verified, bit-identical to the reference run")
+
     elapsed = time.monotonic() - s.t0
     if s.failures:
         print(f"\nVERDICT: FAIL ({len(s.failures)} check(s) failed: {'; '.join(s.failures)}) in {elapsed:.0f} s")
         return 1
-    print(f"\nVERDICT: PASS (capture, layouts, plans, golden model, RTL and Verilog all agree) "
+    print(f"\nVERDICT: PASS (capture, layouts, plans, golden model, RTL, Verilog and the closed loop all agree) "
           f"in {elapsed:.0f} s")
     return 0
