@@ -1,0 +1,14 @@
+"""The reduction datapath: floating-point lane adders and reduce-on-write.
+
+* :mod:`.fpadd`: :class:`FpAdd`, a pipelined f32 / bf16 lane adder, built
+  from the stages :mod:`.align`, :mod:`.addsub` and :mod:`.normround`;
+* :mod:`.rmw`: :class:`ReduceOnWrite`, which turns a stream of write beats
+  into read-add-write on a memory's ports, with same-word hazards forwarded.
+
+Standalone and tested; not yet connected to the DMA or the ISA (ISA v2's
+COPY-with-reduce is the next step).
+"""
+from .common import FORMATS, FloatFormat
+from .fpadd import FpAdd
+
+__all__ = ["FORMATS", "FloatFormat", "FpAdd"]

@@ -1,0 +1,99 @@
+"""The floating-point lane adder: align, add, normalize-and-round."""
+from __future__ import annotations
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .addsub import AddSub
+from .align import Align
+from .common import check_format, check_lane_width
+from .layouts import AddOperands, AddResult
+from .normround import NormRound
+
+__all__ = ["FpAdd"]
+
+
+class FpAdd(wiring.Component):
+    """Adds two words lane by lane: ``sum[k] = a[k] + b[k]`` for each of the
+    ``data_width // element bits`` elements, in IEEE 754 binary arithmetic.
+
+    Three register stages joined by streams: :class:`~.align.Align`
+    (order by magnitude, align), :class:`~.addsub.AddSub` (add or subtract
+    significands), :class:`~.normround.NormRound` (normalize, round, pack).
+
+    * **Throughput**: one word a cycle; each stage loads while it is empty or
+      its payload is being taken, so under back-pressure nothing is dropped or
+      repeated, and bubbles close up.
+    * **Latency**: :attr:`latency` = 3 cycles from the clock edge that accepts
+      a word on ``i`` to its sum offered on ``o`` (when ``o`` is not stalled).
+      The pipeline holds at most :attr:`latency` words.
+    * **Rounding**: round to nearest, ties to even; subnormal inputs and
+      outputs are exact IEEE (no flush to zero); an overflow rounds to an
+      infinity.
+    * **Signed zeros**: ``-0 + -0 = -0``, ``+0 + -0 = +0``, ``x + -x = +0``.
+    * **Specials**: an infinity plus a finite number is that infinity;
+      ``inf + -inf`` is NaN; any NaN in gives the canonical quiet NaN out,
+      :attr:`quiet_nan` (``0x7FC00000`` for f32, ``0x7FC0`` for bf16: sign
+      0, payload dropped). No exception flags.
+
+    Parameters
+    ----------
+    fmt : str
+        Element format: ``"f32"`` (IEEE binary32) or ``"bf16"`` (bfloat16:
+        binary32's exponent with 7 fraction bits).
+    data_width : int
+        Word width in bits, a positive multiple of the element width (32 or 16),
+        e.g. a bus width 32, 64, 128 or 256. Lane ``k`` is bits
+        ``[k * w, (k + 1) * w)`` for element width ``w`` (little-endian
+        element order, as the elements of a tensor lie in memory).
+    user_shape : shape-castable
+        Side-band carried with each word from ``i`` to ``o`` unchanged
+        (default: none).
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(AddOperands))``
+        ``a``, ``b``: the operand words; ``user``: side-band.
+    o : ``Out(stream.Signature(AddResult))``
+        ``sum``: the word of sums; ``user``: the operands' side-band.
+    """
+
+    #: Register stages from ``i`` to ``o``.
+    STAGES = 3
+
+    def __init__(self, fmt, data_width, *, user_shape=0):
+        f = check_format(fmt)
+        self._fmt = f
+        self._lanes = check_lane_width(data_width, f)
+        self._data_width = data_width
+        self._user_shape = user_shape
+        self._stages = (Align(f, self._lanes, user_shape), AddSub(f, self._lanes, user_shape),
+                        NormRound(f, self._lanes, user_shape))
+        super().__init__({
+            "i": In(stream.Signature(AddOperands(f, self._lanes, user_shape))),
+            "o": Out(stream.Signature(AddResult(f, self._lanes, user_shape))),
+        })
+
+    fmt = property(lambda self: self._fmt.name, doc="Element format name.")
+    format = property(lambda self: self._fmt, doc="Element format (:class:`~.common.FloatFormat`).")
+    data_width = property(lambda self: self._data_width, doc="Word width in bits.")
+    lanes = property(lambda self: self._lanes, doc="Elements per word.")
+    element_width = property(lambda self: self._fmt.width, doc="Bits per element.")
+    latency = property(lambda self: len(self._stages),
+                       doc="Cycles from accepting a word to offering its sum; also the most "
+                           "words in flight.")
+    quiet_nan = property(lambda self: self._fmt.quiet_nan, doc="The NaN every NaN result is.")
+    user_shape = property(lambda self: self._user_shape, doc="Side-band shape.")
+
+    def elaborate(self, platform):
+        m = Module()
+        align, addsub, normround = self._stages
+        m.submodules.align = align
+        m.submodules.addsub = addsub
+        m.submodules.normround = normround
+        wiring.connect(m, wiring.flipped(self.i), align.i)
+        wiring.connect(m, align.o, addsub.i)
+        wiring.connect(m, addsub.o, normround.i)
+        wiring.connect(m, normround.o, wiring.flipped(self.o))
+        return m
