@@ -59,7 +59,7 @@ class FpAdd(wiring.Component):
         ``sum``: the word of sums; ``user``: the operands' side-band.
     """
 
-    #: Register stages from ``i`` to ``o``.
+    #: Register stages from ``i`` to ``o``: align, add, normalize-round.
     STAGES = 3
 
     def __init__(self, fmt, data_width, *, user_shape=0):
@@ -68,8 +68,6 @@ class FpAdd(wiring.Component):
         self._lanes = check_lane_width(data_width, f)
         self._data_width = data_width
         self._user_shape = user_shape
-        self._stages = (Align(f, self._lanes, user_shape), AddSub(f, self._lanes, user_shape),
-                        NormRound(f, self._lanes, user_shape))
         super().__init__({
             "i": In(stream.Signature(AddOperands(f, self._lanes, user_shape))),
             "o": Out(stream.Signature(AddResult(f, self._lanes, user_shape))),
@@ -80,7 +78,7 @@ class FpAdd(wiring.Component):
     data_width = property(lambda self: self._data_width, doc="Word width in bits.")
     lanes = property(lambda self: self._lanes, doc="Elements per word.")
     element_width = property(lambda self: self._fmt.width, doc="Bits per element.")
-    latency = property(lambda self: len(self._stages),
+    latency = property(lambda self: self.STAGES,
                        doc="Cycles from accepting a word to offering its sum; also the most "
                            "words in flight.")
     quiet_nan = property(lambda self: self._fmt.quiet_nan, doc="The NaN every NaN result is.")
@@ -88,7 +86,8 @@ class FpAdd(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        align, addsub, normround = self._stages
+        f, n, user = self._fmt, self._lanes, self._user_shape
+        align, addsub, normround = Align(f, n, user), AddSub(f, n, user), NormRound(f, n, user)
         m.submodules.align = align
         m.submodules.addsub = addsub
         m.submodules.normround = normround
