@@ -1,0 +1,86 @@
+"""numpy reference for the reduction datapath's tests (hw/reduce), on bit patterns.
+
+Never the code under test: f32 sums are numpy's (IEEE 754 binary32, round to
+nearest even, subnormals kept). numpy has no bfloat16; the correctly rounded
+bf16 sum of two bf16 numbers is the f32 sum rounded to bf16 (RNE), because
+double rounding is innocuous when the wider format's precision p' = 24 is at
+least 2p + 2 = 18 for bf16's p = 8 (Figueroa, "When is double rounding
+innocuous?", 1995). Both formats share binary32's exponent range, so there
+is no double rounding in the subnormal range either: a sum of two bf16
+numbers there is a multiple of bf16's smallest subnormal, exact in f32.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F32_QNAN = 0x7FC00000
+BF16_QNAN = 0x7FC0
+WIDTH = {"f32": 32, "bf16": 16}
+QNAN = {"f32": F32_QNAN, "bf16": BF16_QNAN}
+
+
+def f32_add(a, b):
+    """Bit patterns of float32(a) + float32(b), elementwise (uint32 arrays in and out)."""
+    a = np.asarray(a, dtype=np.uint32).view(np.float32)
+    b = np.asarray(b, dtype=np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):
+        return (a + b).view(np.uint32)
+
+
+def round_to_bf16_rne(x):
+    """uint32 f32 bit patterns rounded to the nearest bf16, ties to even
+    (uint16 bit patterns). Carries run into the exponent (so the largest
+    values round to infinity); a NaN becomes the quiet NaN 0x7FC0 (adding
+    to a NaN's fraction could wrap it to an infinity)."""
+    x = np.asarray(x, dtype=np.uint32).astype(np.uint64)
+    nan = ((x >> 23) & 0xFF == 0xFF) & (x & 0x7FFFFF != 0)
+    lsb = (x >> 16) & 1
+    rounded = ((x + 0x7FFF + lsb) >> 16) & 0xFFFF
+    return np.where(nan, BF16_QNAN, rounded).astype(np.uint16)
+
+
+def bf16_add(a, b):
+    """Bit patterns of the correctly rounded bf16 sums (uint16 arrays in and out)."""
+    a = np.asarray(a, dtype=np.uint32) << 16
+    b = np.asarray(b, dtype=np.uint32) << 16
+    return round_to_bf16_rne(f32_add(a, b))
+
+
+def add(fmt, a, b):
+    """Reference sums of ``fmt`` bit patterns, as Python ints."""
+    out = f32_add(a, b) if fmt == "f32" else bf16_add(a, b)
+    return [int(x) for x in np.atleast_1d(out)]
+
+
+def is_nan(fmt, x):
+    exp_bits, frac_bits = 8, (23 if fmt == "f32" else 7)
+    return (x >> frac_bits) & ((1 << exp_bits) - 1) == (1 << exp_bits) - 1 \
+        and x & ((1 << frac_bits) - 1) != 0
+
+
+def canonical(fmt, x):
+    """``x`` with any NaN replaced by the hardware's quiet NaN."""
+    return QNAN[fmt] if is_nan(fmt, x) else x
+
+
+def edge_values(fmt):
+    """Bit patterns at the edges of ``fmt``: signed zeros, the smallest and
+    largest subnormals, the smallest and largest normals, ones and their
+    neighbours, values just below a binade's end (carries), infinities,
+    quiet and signalling NaNs of both signs."""
+    frac_bits = 23 if fmt == "f32" else 7
+    w = WIDTH[fmt]
+    sign = 1 << (w - 1)
+    one = 127 << frac_bits
+    fmask = (1 << frac_bits) - 1
+    inf = 0xFF << frac_bits
+    pos = [
+        0, 1, 2, 3, fmask - 1, fmask,                     # zero, subnormals
+        1 << frac_bits, (1 << frac_bits) | 1,             # smallest normals
+        (2 << frac_bits) - 1, (2 << frac_bits) | fmask,   # binade ends
+        one, one | 1, one - 1, one | fmask, one + (1 << frac_bits),
+        (one + (24 << frac_bits)) | 0x5,                  # 2**24-ish: large shifts against 1
+        inf - 1, inf - 2, inf - (1 << frac_bits),         # largest finite ones
+        inf, inf | 1, inf | (1 << (frac_bits - 1)), inf | fmask,   # inf, sNaN, qNaN
+    ]
+    return pos + [p | sign for p in pos]
