@@ -3,12 +3,14 @@
 * :mod:`.fpadd`: :class:`FpAdd`, a pipelined f32 / bf16 lane adder, built
   from the stages :mod:`.align`, :mod:`.addsub` and :mod:`.normround`;
 * :mod:`.rmw`: :class:`ReduceOnWrite`, which turns a stream of write beats
-  into read-add-write on a memory's ports, with same-word hazards forwarded.
+  into read-add-write on a memory's ports, with same-word hazards forwarded
+  (:mod:`.inflight` tracks the words inside the adders).
 
 Standalone and tested; not yet connected to the DMA or the ISA (ISA v2's
 COPY-with-reduce is the next step).
 """
 from .common import FORMATS, FloatFormat
 from .fpadd import FpAdd
+from .rmw import ReduceOnWrite, ReduceOp, RmwBeat
 
-__all__ = ["FORMATS", "FloatFormat", "FpAdd"]
+__all__ = ["FORMATS", "FloatFormat", "FpAdd", "ReduceOnWrite", "ReduceOp", "RmwBeat"]
