@@ -16,13 +16,17 @@ def _tops():
     from hw.dma import DMA
     from hw.interconnect import Interconnect
     from hw.mmu import MMU
-    return {"DMA": lambda: DMA(BENCH_ARCH, data_width=32), "MMU": lambda: MMU(BENCH_ARCH),
+    from hw.reduce import FpAdd, ReduceOnWrite
+    return {"FpAdd": lambda: FpAdd("f32", 32),
+            "ReduceOnWrite": lambda: ReduceOnWrite(addr_width=8, data_width=32),
+            "DMA": lambda: DMA(BENCH_ARCH, data_width=32), "MMU": lambda: MMU(BENCH_ARCH),
             "Coprocessor": lambda: Coprocessor(BENCH_ARCH, data_width=32),
             "Device": lambda: Device(BENCH_ARCH, data_width=32),
             "Interconnect": lambda: Interconnect(BENCH_ARCH, data_width=32)}
 
 
-@pytest.mark.parametrize("name", ["DMA", "MMU", "Coprocessor", "Device", "Interconnect"])
+@pytest.mark.parametrize("name", ["DMA", "MMU", "Coprocessor", "Device", "Interconnect",
+                                  "FpAdd", "ReduceOnWrite"])
 def test_every_stage_is_named_in_docs_hw(name):
     stages = {type(c).__name__ for _, c in stage_components(_tops()[name]())}
     assert stages, f"{name} composes no stage components"
