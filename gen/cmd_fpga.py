@@ -1,9 +1,11 @@
 """``python -m gen fpga``: FPGA builds with the open YoWASP toolchain.
 
-``--list-boards`` prints the boards and their parts; ``--ooc --block B``
-builds one block out of context and writes ``report.json`` (utilization,
-Fmax per clock, whether timing was met). Parses into
-:class:`gen.fpga.OocOptions` and calls :func:`gen.fpga.build_ooc`.
+``--list-boards`` prints the boards and their parts; ``--board NAME``
+builds the board's self-checking top (``--program`` then programs it);
+``--ooc --block B`` builds one block out of context. Both write
+``report.json`` (utilization, Fmax per clock, whether timing was met).
+Parses into :class:`gen.fpga.BoardOptions` / :class:`gen.fpga.OocOptions`
+and calls :func:`gen.fpga.build_board` / :func:`gen.fpga.build_ooc`.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import json
 import sys
 
 NAME = "fpga"
-HELP = "FPGA builds with YoWASP Yosys/nextpnr: list boards, build a block out of context"
+HELP = "FPGA builds with YoWASP Yosys/nextpnr: list boards, build a board or a block out of context"
 ORDER = 55
 
 
@@ -42,6 +44,14 @@ def add_arguments(p):
     p.add_argument("--system-tools", action="store_true",
                    help="use yosys/nextpnr from PATH instead of the YoWASP packages")
     p.add_argument("--allow-timing-fail", action="store_true", help="a timing miss is a warning, not a failure")
+    p.add_argument("--program", action="store_true",
+                   help="program the board after building, with the programmer its amaranth-boards "
+                        "platform calls (openFPGALoader, iceprog or dfu-util); building never needs it")
+    p.add_argument("--time-limit-min", type=float, default=None,
+                   help="stop the board's synthesis / place and route after this many minutes "
+                        "(the report says it did not finish)")
+    p.add_argument("--seed", type=int, default=bd.seed,
+                   help="workload seed of the iCE40 subset (the DMA self-test)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -87,18 +97,37 @@ def _board(args) -> int:
                         dtype=args.dtype, bus_bits=args.bus_bits, channels=args.channels,
                         tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
-                        system_tools=args.system_tools)
+                        system_tools=args.system_tools, program=args.program, seed=args.seed,
+                        time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:
         json.dump(rep, sys.stdout, indent=1)
         print()
-    fits = not rep["overflows"] and rep["built"]
+    print(board_verdict(rep, allow_timing_fail=args.allow_timing_fail))
+    return 0 if board_passed(rep, allow_timing_fail=args.allow_timing_fail) else 1
+
+
+def board_passed(rep, *, allow_timing_fail=False) -> bool:
+    """Built, fits, and met timing (or a timing miss is allowed)."""
+    return bool(rep["built"] and not rep["overflows"]
+                and (allow_timing_fail or (rep["timing_met"] and rep["fmax_mhz"])))
+
+
+def board_verdict(rep, *, allow_timing_fail=False) -> str:
+    """One line: PASS / WARN / FAIL with the numbers."""
+    fits = rep["built"] and not rep["overflows"]
     met = rep["timing_met"] and rep["fmax_mhz"]
-    verdict = "PASS" if fits and met else ("WARN" if fits and args.allow_timing_fail else "FAIL")
-    used = rep["used"]
-    print(f"{verdict}: {rep['board']} ({rep['part']}): {rep['lut4']} LUT4 of {rep['capacity']['lut4']}, "
-          f"{rep['bram_used']} BRAM of {rep['capacity']['bram']}, {rep['dsp_used']} DSP; "
-          f"Fmax {rep['fmax_mhz']} MHz (required {rep['constraint_mhz_requested']:g})"
-          + ("" if not rep["overflows"] else f"; over capacity: {', '.join(rep['overflows'])}")
-          + f"; expects '{rep['expected']['uart_line']}'; bitstream {rep['bitstream']}")
-    return 0 if verdict != "FAIL" else 1
+    verdict = "PASS" if fits and met else ("WARN" if fits and allow_timing_fail else "FAIL")
+    what = f"{rep['board']} ({rep['part']})" + (f", subset: {rep['subset']}" if rep.get("subset") else "")
+    if not rep["built"]:
+        return (f"FAIL: {what}: {rep['status']}; nothing built"
+                + (f"; over capacity: {', '.join(rep['overflows'])}" if rep["overflows"] else "")
+                + f"; report {rep.get('report', 'report.json')}")
+    fmax = rep["min_fmax_mhz"]
+    return (f"{verdict}: {what}: {rep['lut4']} LUT4 ({rep['logic_cells']} logic cells) of "
+            f"{rep['capacity']['lut4']}, {rep['ff']} FF, {rep['bram_used']} BRAM of "
+            f"{rep['capacity']['bram']}, {rep['dsp_used']} DSP; Fmax {fmax} MHz (required "
+            f"{rep['constraint_mhz_requested']:g}, timing {'met' if met else 'missed'})"
+            + ("" if not rep["overflows"] else f"; over capacity: {', '.join(rep['overflows'])}")
+            + f"; expects '{rep['expected']['uart_line']}'; bitstream {rep['bitstream']}"
+            + ("; programmed" if rep.get("programmed") else ""))

