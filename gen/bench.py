@@ -4,8 +4,10 @@ Sections (:attr:`BenchOptions.only` picks some): ``plan`` and ``compile`` time
 a 70B reshard; ``blocks`` (:mod:`gen.bench_blocks`) measures the DMA engine
 and MMU in simulation and, with the YoWASP tools, on an ECP5; ``system``
 (:mod:`gen.bench_system`) runs tiny-qwen2 reshards on the RTL; ``verilator``
-(:mod:`gen.bench_verilator`) compares the two simulators. Figures are
-measured on every run, never stored.
+(:mod:`gen.bench_verilator`) compares the two simulators; ``fpga``
+(:mod:`gen.bench_fpga`) runs the full board builds and the out-of-context
+blocks, each under a time limit. Figures are measured on every run, never
+stored.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from model.errors import InputError
 # Each optional section is a module of gen with run_benchmarks() -> dict (the block
 # benchmarks drive the blocks with the shared simulation kit, gen/simkit.py, as the tests do).
 _OPTIONAL = {"blocks": "gen.bench_blocks", "system": "gen.bench_system",
-             "verilator": "gen.bench_verilator"}
+             "verilator": "gen.bench_verilator", "fpga": "gen.bench_fpga"}
 
 
 def _sections() -> tuple[str, ...]:
@@ -41,6 +43,7 @@ class BenchOptions:
     """Which sections to run (default: all of :data:`SECTIONS`); ``fpga``: ECP5 synthesis too."""
     only: tuple[str, ...] | None = None
     fpga: bool = True
+    fpga_time_limit_min: float = 60.0     # section ``fpga``: the limit of each build
 
 
 def _timed_command(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -85,7 +88,8 @@ def bench_compile() -> dict:
 
 def run_bench(opts: BenchOptions = BenchOptions(), progress=lambda m: None) -> dict:
     """Run the sections; every figure, by name."""
-    sections = list(opts.only or SECTIONS)
+    # --no-fpga leaves out the FPGA section (hours) and the blocks' ECP5 builds
+    sections = list(opts.only or [s for s in SECTIONS if opts.fpga or s != "fpga"])
     for name in sections:
         if name not in SECTIONS:
             raise InputError(f"unknown bench section {name!r}: this build has {', '.join(SECTIONS)}")
@@ -99,6 +103,9 @@ def run_bench(opts: BenchOptions = BenchOptions(), progress=lambda m: None) -> d
         elif name == "blocks":
             from gen.bench_blocks import run_block_benchmarks
             figures.update(run_block_benchmarks(fpga=opts.fpga))
+        elif name == "fpga":
+            from gen.bench_fpga import run_benchmarks as run_fpga
+            figures.update(run_fpga(opts.fpga_time_limit_min, progress=progress))
         else:
             figures.update(importlib.import_module(_OPTIONAL[name]).run_benchmarks())
     return figures

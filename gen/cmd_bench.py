@@ -19,11 +19,15 @@ def add_arguments(p):
     p.add_argument("--only", action="append", default=None, choices=SECTIONS,
                    help="run only this section (repeatable)")
     p.add_argument("--no-fpga", action="store_true", help="skip ECP5 synthesis and place & route")
+    p.add_argument("--fpga-time-limit-min", type=float, default=60.0,
+                   help="section fpga: stop a build after this many minutes and report that it did "
+                        "not finish (default 60; the full ulx3s-85f system takes longer)")
 
 
 def run(args) -> int:
     from gen.bench import BenchOptions, run_bench
-    figures = run_bench(BenchOptions(tuple(args.only) if args.only else None, fpga=not args.no_fpga),
+    figures = run_bench(BenchOptions(tuple(args.only) if args.only else None, fpga=not args.no_fpga,
+                                     fpga_time_limit_min=args.fpga_time_limit_min),
                         progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         json.dump(figures, sys.stdout, indent=1)

@@ -263,10 +263,17 @@ def _yosys_cells(stat_text: str, kind: str) -> int:
 
 
 def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F",
-                  freq_mhz: float = 100, system_tools: bool = False) -> Implementation:
+                  freq_mhz: float = 100, system_tools: bool = False,
+                  time_limit_s: float | None = None) -> Implementation:
     """Synthesize and place-and-route ``component`` alone (out of context) on
     ``part_name``: LUT4 and FF counts from Yosys, utilization and Fmax from
-    nextpnr at a ``freq_mhz`` constraint (a failing design still reports)."""
+    nextpnr at a ``freq_mhz`` constraint (a failing design still reports).
+    Raises :class:`subprocess.TimeoutExpired` (the tool stopped) when the
+    two tools together take longer than ``time_limit_s``."""
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+
+    def left():
+        return None if deadline is None else max(1.0, deadline - time.monotonic())
     from amaranth.back import verilog
     p = part(part_name)
     if p.family != "ecp5":
@@ -278,7 +285,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
     (workdir / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
     ys = f"read_verilog {name}.v; synth_ecp5 -top {name} -json {name}.json; tee -o {name}_stat.txt stat"
     r = subprocess.run([env["YOSYS"], "-q", "-p", ys], cwd=workdir, env=env,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=left())
     if r.returncode:
         raise RuntimeError(f"yosys failed for {name}:\n{r.stderr[-3000:]}")
     stat = (workdir / f"{name}_stat.txt").read_text()
@@ -286,7 +293,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
     args = [env["NEXTPNR_ECP5"], p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
             "--freq", str(freq_mhz), "--out-of-context", "--report", f"{name}_report.json",
             "--seed", "1", "--timing-allow-fail"]
-    r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True)
+    r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=left())
     if r.returncode:
         raise RuntimeError(f"nextpnr failed for {name}:\n{r.stderr[-3000:]}")
     return read_nextpnr_report(workdir / f"{name}_report.json", part_name, lut4=lut, ff=ff)
@@ -309,6 +316,7 @@ class OocOptions:
     freq_mhz: float = 100.0
     out: str = "build/fpga/ooc"
     system_tools: bool = False
+    time_limit_s: float | None = None
 
 
 def ooc_component(opts: OocOptions):
@@ -344,7 +352,7 @@ def build_ooc(opts: OocOptions) -> dict:
         raise InputError(str(e)) from None
     t0 = time.perf_counter()
     impl = implement_ooc(comp, opts.block, opts.out, part_name=p.name, freq_mhz=opts.freq_mhz,
-                         system_tools=opts.system_tools)
+                         system_tools=opts.system_tools, time_limit_s=opts.time_limit_s)
     report = {"kind": "out-of-context", "block": opts.block, "part": p.name,
               "options": asdict(opts), **impl.to_json(),
               "overflows": impl.overflows(p),

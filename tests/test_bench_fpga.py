@@ -1,0 +1,87 @@
+"""The ``fpga`` bench section's time limit: a build that runs out of time is
+stopped (its whole process group) and reported as not finished, never as a
+figure. The real builds themselves are too long for the test suite
+(``python -m gen bench --only fpga`` runs them)."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from gen.bench import SECTIONS, BenchOptions, run_bench
+from gen.bench_fpga import board_figures, ooc_figures
+from gen.fpga import _run_build_script
+
+
+class _SleepyPlan:
+    """A build plan whose script starts a child that outlives the limit."""
+    script = "build_top"
+
+    def extract(self, root):
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, "build_top.sh"), "w") as f:
+            f.write("sleep 60 &\necho $! > child.pid\nwait\n")
+        return root
+
+
+def test_build_script_stopped_at_its_time_limit(tmp_path):
+    t0 = time.monotonic()
+    products, status = _run_build_script(_SleepyPlan(), tmp_path, dict(os.environ), 2, print)
+    assert status == "timeout" and products is None
+    assert time.monotonic() - t0 < 30
+    child = int((tmp_path / "child.pid").read_text())
+    time.sleep(0.2)
+    assert not _alive(child)                       # the script's child went with it
+
+
+def _alive(pid):
+    """Running (not gone, not a zombie waiting for init to reap it)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_failed_build_script_is_reported(tmp_path):
+    class Failing(_SleepyPlan):
+        def extract(self, root):
+            os.makedirs(root, exist_ok=True)
+            (tmp_path / "build_top.sh").write_text("echo nextpnr says no\nexit 3\n")
+            return root
+    said = []
+    products, status = _run_build_script(Failing(), tmp_path, dict(os.environ), None, said.append)
+    assert status == "failed" and products is None
+    assert "exit 3" in said[0] and "nextpnr says no" in said[0]
+
+
+def test_out_of_context_build_over_its_limit_reports_not_finished(tmp_path):
+    """A real yosys run of the DMA stopped after 3 s: no figures, the status says so."""
+    fig = ooc_figures("dma", "dma", 125.0, 125.0, limit_s=3, out=tmp_path)
+    assert fig["fpga_ooc_dma_status"] == "did not finish within 0.05 min"
+    assert "fpga_ooc_dma_fmax_mhz" not in fig and "fpga_ooc_dma_target_met" not in fig
+
+
+def test_board_that_did_not_finish_claims_nothing(tmp_path):
+    def build(opts):
+        assert opts.time_limit_s == 600 and opts.board == "ulx3s-85f"
+        return {"subset": None, "reshard": {"devices": 2, "model": "micro-qwen2", "train": "fsdp2:dp=2",
+                                            "rollout": "vllm:tp=2"},
+                "status": "did not finish within 10 min (stopped)", "built": False, "build_seconds": 600.0,
+                "timing_met": True, "overflows": [], "constraint_mhz_requested": 100.0}
+    fig = board_figures("ulx3s-85f", 100.0, limit_s=600, out=tmp_path, build=build)
+    assert fig["fpga_ulx3s_85f_status"] == "did not finish within 10 min (stopped)"
+    assert fig["fpga_ulx3s_85f_what"] == "full system: 2 devices, micro-qwen2 fsdp2:dp=2 -> vllm:tp=2"
+    assert fig["fpga_ulx3s_85f_target_met"] is False
+    assert "fpga_ulx3s_85f_fmax_mhz" not in fig
+
+
+def test_fpga_section_is_registered_and_left_out_by_no_fpga(monkeypatch):
+    import gen.bench as bench
+    assert "fpga" in SECTIONS
+    ran = []
+    monkeypatch.setattr(bench, "bench_plan", lambda: ran.append("plan") or {})
+    monkeypatch.setattr(bench, "bench_compile", lambda: ran.append("compile") or {})
+    monkeypatch.setattr(bench, "SECTIONS", ("plan", "compile", "fpga"))
+    run_bench(BenchOptions(fpga=False))
+    assert ran == ["plan", "compile"]
