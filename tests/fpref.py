@@ -84,3 +84,14 @@ def edge_values(fmt):
         inf, inf | 1, inf | (1 << (frac_bits - 1)), inf | fmask,   # inf, sNaN, qNaN
     ]
     return pos + [p | sign for p in pos]
+
+
+def check_sums(fmt, pairs, got):
+    """Each sum equals numpy's bit for bit; where numpy's is a NaN, the
+    hardware's is the documented quiet NaN."""
+    ref = add(fmt, [a for a, _ in pairs], [b for _, b in pairs])
+    w = WIDTH[fmt] // 4
+    bad = [f"{a:0{w}x} + {b:0{w}x}: got {g:0{w}x}, numpy {r:0{w}x}"
+           for (a, b), g, r in zip(pairs, got, ref)
+           if (g != QNAN[fmt] if is_nan(fmt, r) else g != r)]
+    assert not bad, f"{len(bad)} of {len(pairs)} sums wrong:\n" + "\n".join(bad[:20])

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Shape
-
 __all__ = ["FloatFormat", "FORMATS", "check_format", "check_lane_width", "pipeline_register"]
 
 
@@ -89,8 +87,3 @@ def pipeline_register(m, i, o, compute):
         m.d.sync += o.valid.eq(i.valid)
         with m.If(i.valid):
             m.d.sync += compute(i.payload)
-
-
-def user_width(user_shape):
-    """Width of a side-band shape (0 allowed)."""
-    return Shape.cast(user_shape).width
