@@ -75,7 +75,8 @@ def model(init_words, beats, dw):
 
 def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
     """Feed ``beats`` (addr, data, be, op) through a Harness; returns
-    (final words, writes, accept cycles, write cycles). The other writer
+    (final words, writes, accept cycles, write cycles, cycles ``wr`` was
+    offered and not taken). The other writer
     (with probability ``contend`` a cycle) writes random words to the guard
     words, which are checked too."""
     B = dw // 8
@@ -84,7 +85,7 @@ def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
     rmw, mem = h.rmw, h.mem
     rng = random.Random(seed)
     aw, full = mem.addr_width, (1 << B) - 1
-    log, accepted, wrote, out = [], [], [], {}
+    log, accepted, wrote, out = [], [], [], {"stalls": 0}
     guard = list(init_words[WORDS - GUARD:])
 
     async def tb(ctx):
@@ -113,6 +114,7 @@ def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
                 offering = False
             if wv and wr:
                 wrote.append(cycle)
+            out["stalls"] += wv and not wr
             if contend and sampled[6] and sampled[7]:
                 guard[other[0] - (WORDS - GUARD)] = other[1]
             cycle += 1
@@ -128,7 +130,7 @@ def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
     writes = [(p & ((1 << aw) - 1), (p >> aw & dmask) & byte_mask(p >> (aw + dw), dw),
                p >> (aw + dw)) for p in log]
     assert out["words"][WORDS - GUARD:] == guard, "the other writer's words were disturbed"
-    return out["words"], writes, accepted, wrote
+    return out["words"], writes, accepted, wrote, out["stalls"]
 
 
 def f32_bits(x):
@@ -162,7 +164,7 @@ def random_beats(rng, dw, n, pool):
 
 
 def check(dw, init_words, beats, **kw):
-    words, writes, accepted, wrote = run_rmw(dw, init_words, beats, **kw)
+    words, writes, accepted, wrote, stalls = run_rmw(dw, init_words, beats, **kw)
     ref_words, ref_writes = model(init_words, beats, dw)
     bad = [f"beat {i}: addr {a}: wrote {d:x} be {be:x}, model {rd:x} be {rbe:x}"
            for i, ((a, d, be), (_, rd, rbe)) in enumerate(zip(writes, ref_writes))
@@ -170,7 +172,7 @@ def check(dw, init_words, beats, **kw):
     assert len(writes) == len(beats)
     assert not bad, f"{len(bad)} of {len(beats)} writes wrong:\n" + "\n".join(bad[:10])
     assert words[:WORDS - GUARD] == ref_words[:WORDS - GUARD]
-    return accepted, wrote
+    return accepted, wrote, stalls
 
 
 # ------------------------------------------------------------------ arguments
@@ -198,7 +200,8 @@ def test_random_beats(dw, seed):
     rng = random.Random(seed)
     init = [random_word(rng, dw) for _ in range(WORDS)]
     beats = random_beats(rng, dw, 240, pool=[0, 1, 2, 5, 11])
-    check(dw, init, beats, seed=seed, idle=0.25, contend=0.3)
+    _, _, stalls = check(dw, init, beats, seed=seed, idle=0.25, contend=0.3)
+    assert stalls > 10                       # the write stage really was stalled
 
 
 def test_hazard_distances():
@@ -234,7 +237,7 @@ def test_same_word_run():
         acc = np.float32(acc + np.float32(v))
     init = [f32_bits(1.5)] + [0] * (WORDS - 1)
     beats = [(0, f32_bits(v), 0xF, ReduceOp.ADD_F32) for v in vals]
-    words, _, accepted, wrote = run_rmw(dw, init, beats)
+    words, _, accepted, wrote, _ = run_rmw(dw, init, beats)
     assert words[0] == int(np.array([acc], np.float32).view(np.uint32)[0])
     lat = ReduceOnWrite(addr_width=4, data_width=dw).adder_latency
     assert set(np.diff(wrote).tolist()) == {lat}                 # one sum per adder latency
@@ -242,7 +245,7 @@ def test_same_word_run():
 
     beats = [(k % (WORDS - GUARD), f32_bits(float(k)), 0xF, ReduceOp.ADD_F32)
              for k in range(WORDS - GUARD)]
-    accepted, wrote = check(dw, [0] * WORDS, beats)
+    accepted, wrote, _ = check(dw, [0] * WORDS, beats)
     assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
     assert wrote == [c + 4 for c in accepted]
 
