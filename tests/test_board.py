@@ -32,16 +32,26 @@ PROGRAMS_TEXT = [
 ]
 
 
-def _board(corrupt=False):
+def _memories():
     rng = random.Random(1)
-    memories = [bytes(rng.randrange(256) for _ in range(ARCH.mem_bytes)) for _ in range(2)]
-    programs = [assemble(t) for t in PROGRAMS_TEXT]
-    res = GoldenSystem(ARCH, programs, memories).run()
+    return [bytes(rng.randrange(256) for _ in range(ARCH.mem_bytes)) for _ in range(2)]
+
+
+def _expected_crc(programs_text):
+    """CRC-32 of the golden model's final memories for these programs."""
+    memories = _memories()
+    res = GoldenSystem(ARCH, [assemble(t) for t in programs_text], memories).run()
     expected = b"".join(bytes(m) for m in res.memories)
     assert expected != b"".join(memories)           # the program changes something
-    crc = zlib.crc32(expected) ^ (1 if corrupt else 0)
-    top = BoardTop(ARCH, data_width=64, programs=programs, memories=memories, expected_crc=crc,
-                   uart_divisor=DIVISOR, shared_write=True)
+    return zlib.crc32(expected)
+
+
+def _board(corrupt=False, programs_text=PROGRAMS_TEXT):
+    """The board top running ``programs_text``, expecting the real programs'
+    result (its CRC flipped in one bit with ``corrupt``)."""
+    crc = _expected_crc(PROGRAMS_TEXT) ^ (1 if corrupt else 0)
+    top = BoardTop(ARCH, data_width=64, programs=[assemble(t) for t in programs_text],
+                   memories=_memories(), expected_crc=crc, uart_divisor=DIVISOR, shared_write=True)
     return top, crc
 
 
@@ -76,3 +86,29 @@ def test_board_top_reports_its_verdict(corrupt):
     assert int(cycles.removeprefix("cycles=")) > 0
     assert crc_text == f"crc={crc ^ (1 if corrupt else 0):08x}"     # the CRC the board computed
     assert lines[1] == lines[0]
+
+
+@pytest.mark.slow
+def test_board_top_verilog_passes_and_fails_over_the_uart():
+    """The board top's Verilog under Verilator (the check ``python -m gen fpga``
+    runs before building), its UART line decoded by a Verilog testbench: PASS
+    with the real programs; FAIL with a corrupted program (device 0's first
+    copy reads one byte further on), reporting the CRC of what the corrupted
+    program really produces (the golden model's), with the fail LED on."""
+    from gen.fpga import parse_verdict, simulate_board_verilator
+    top, crc = _board()
+    line, leds = simulate_board_verilator(top, divisor=DIVISOR, limit=5_000_000)
+    v = parse_verdict(line)
+    assert v["passed"] is True and v["crc"] == crc and v["cycles"] > 0, line
+    assert leds == {"pass": 1, "fail": 0}
+
+    bad_text = [PROGRAMS_TEXT[0].replace("src=0x010", "src=0x011"), PROGRAMS_TEXT[1]]
+    assert bad_text[0] != PROGRAMS_TEXT[0]
+    bad_crc = _expected_crc(bad_text)
+    assert bad_crc != crc
+    top, _ = _board(programs_text=bad_text)
+    line, leds = simulate_board_verilator(top, divisor=DIVISOR, limit=5_000_000)
+    v = parse_verdict(line)
+    assert v["passed"] is False and v["crc"] == bad_crc, line
+    assert line.startswith("FAIL cycles=")
+    assert leds == {"pass": 0, "fail": 1}
