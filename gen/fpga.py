@@ -11,8 +11,12 @@ icepack), through amaranth-boards' platforms.
 * :func:`read_nextpnr_report`: nextpnr's ``--report`` JSON as a typed
   :class:`Implementation`.
 
+* :func:`build_board`: a board's self-checking top (the full system on ECP5,
+  the :data:`SUBSET` on the iCE40UP5K), under an optional time limit.
+
 Building is not programming: the programming tools some boards list
-(``openFPGALoader``, ``dfu-suffix``) are never needed to build.
+(``openFPGALoader``, ``dfu-suffix``) are never needed to build; only
+``--program`` looks for the board's programmer (:func:`programmer_path`).
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ from pathlib import Path
 from model.errors import InputError
 
 __all__ = ["Part", "Board", "BOARDS", "PARTS", "board", "part", "toolchain_env", "ToolchainError",
-           "tool_versions", "Implementation", "read_nextpnr_report", "implement_ooc"]
+           "tool_versions", "Implementation", "read_nextpnr_report", "implement_ooc",
+           "ProgrammerError", "programmer_path", "OocOptions", "build_ooc", "BoardOptions",
+           "build_board", "SUBSET", "subset_case", "parse_verdict", "simulate_board_verilator"]
 
 
 @dataclass(frozen=True)
