@@ -20,6 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bucket-mb", type=int, default=2048,
                         help="rollout weight-update bucket size in MB (verl default: 2048)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and batch (default: 0)")
+    parser.add_argument("--record-data", action="store_true",
+                        help="also store every collective's input and output tensors per rank in "
+                             "<trace>.data.npz, named in the header (small models only)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="give up after this many seconds (default: 600)")
 
@@ -29,7 +32,8 @@ def run(args) -> int:
     out = args.out or f"build/trace/{args.model.replace('/', '_')}-{args.strategy}-w{args.world}.jsonl"
     try:
         s = capture(model=args.model, strategy=args.strategy, world=args.world, out=out,
-                    bucket_mb=args.bucket_mb, seed=args.seed, timeout=args.timeout)
+                    bucket_mb=args.bucket_mb, seed=args.seed, timeout=args.timeout,
+                    record_data=args.record_data)
     except CaptureError as e:
         print(f"error: capture failed: {e}", file=sys.stderr)
         return 1

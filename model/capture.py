@@ -73,6 +73,7 @@ PHASES = ("init", "export", "forward", "backward", "optimizer")
 KINDS = ("header", "shard", "collective", "bucket")
 MAX_WORLD = 32
 MAX_PARAMS = 1_000_000_000
+MAX_DATA_PARAMS = 20_000_000     # --record-data keeps every collective's tensors in memory
 
 
 
@@ -124,24 +125,39 @@ def _architecture(spec) -> str:
 
 
 def _run_workers(spec, strategy: str, world: int, bucket_mb: int, seed: int, workdir: Path,
-                 model_dir: Path, timeout: float, progress) -> list[Path]:
+                 model_dir: Path, timeout: float, progress, record_data: bool = False) -> list[Path]:
     progress(f"starting {world} workers (verl {_version('verl')}, {strategy}, gloo)")
+    extra = ["--record-data"] if record_data else []
     run_ranks("model.capture_worker",
               lambda rank: ["--strategy", STRATEGIES[strategy], "--model-dir", str(model_dir),
-                            "--workdir", str(workdir), "--seed", str(seed), "--bucket-mb", str(bucket_mb)],
+                            "--workdir", str(workdir), "--seed", str(seed), "--bucket-mb", str(bucket_mb),
+                            *extra],
               world, workdir, timeout=timeout, progress=progress, error=CaptureError)
     return [workdir / f"rank{r}.jsonl" for r in range(world)]
 
 
+def data_path(trace_path) -> Path:
+    """Where ``--record-data`` puts the tensors of a trace: ``x.jsonl`` -> ``x.data.npz``."""
+    p = Path(trace_path)
+    return p.with_name(p.stem + ".data.npz")
+
+
 def capture(model: str, strategy: str, world: int, out, bucket_mb: int = 2048, seed: int = 0,
-            timeout: float = 600.0, progress=_stderr) -> dict:
-    """Run the capture and write the trace to ``out`` (atomically). Returns a summary dict."""
+            timeout: float = 600.0, progress=_stderr, record_data: bool = False) -> dict:
+    """Run the capture and write the trace to ``out`` (atomically). Returns a summary dict.
+
+    ``record_data``: also store every collective's input and output tensors, per rank, in
+    :func:`data_path` (named in the header; read them with :class:`TraceData`).
+    """
     from model.models import load_model
     check_args(strategy, world, bucket_mb, seed)
     spec = load_model(model)
     if spec.numel > MAX_PARAMS:
         raise InputError(f"model {spec.name} has {spec.numel:,} parameters; a CPU capture is limited to "
                          f"{MAX_PARAMS:,} (use a small model such as tiny-qwen2)")
+    if record_data and spec.numel > MAX_DATA_PARAMS:
+        raise InputError(f"--record-data: model {spec.name} has {spec.numel:,} parameters; recording every "
+                         f"collective's tensors is limited to {MAX_DATA_PARAMS:,}")
     out = Path(out)
     t_start = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="reshardip-capture-"))
@@ -149,10 +165,13 @@ def capture(model: str, strategy: str, world: int, out, bucket_mb: int = 2048, s
         model_dir = workdir / "model"
         progress(f"model {spec.name}: {spec.numel:,} parameters, random init (seed {seed}), fp32")
         _write_model(spec, model_dir, seed)
-        rank_files = _run_workers(spec, strategy, world, bucket_mb, seed, workdir, model_dir, timeout, progress)
+        rank_files = _run_workers(spec, strategy, world, bucket_mb, seed, workdir, model_dir, timeout, progress,
+                                  record_data)
         progress("merging rank records")
         trace = _merge(spec, strategy, world, bucket_mb, seed, rank_files)
         out.parent.mkdir(parents=True, exist_ok=True)
+        if record_data:
+            trace[0]["data"] = _write_data(workdir, world, data_path(out))
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
         try:
             with os.fdopen(fd, "w") as f:
@@ -213,6 +232,58 @@ def _merge(spec, strategy, world, bucket_mb, seed, rank_files) -> list[dict]:
         "records": {"shard": len(shards), "collective": len(collectives), "bucket": len(buckets)},
     }
     return [header, *shards, *collectives, *buckets]
+
+
+def _write_data(workdir: Path, world: int, dest: Path) -> dict:
+    """Merge the ranks' tensor files into ``dest`` (atomically); the header's ``data`` entry."""
+    import numpy as np
+    arrays = {}
+    for r in range(world):
+        with np.load(workdir / f"rank{r}.data.npz") as z:
+            arrays.update({k: z[k] for k in z.files})
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=str(dest.parent))
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return {"file": dest.name, "arrays": len(arrays), "bytes": int(sum(a.nbytes for a in arrays.values()))}
+
+
+class TraceData:
+    """The tensors ``capture --record-data`` stored beside a trace.
+
+    ``TraceData(trace_path).tensors(record)`` -> ``(inputs, outputs)``: lists of torch
+    tensors (dtype and shape as recorded) of one collective record on its rank.
+    """
+
+    def __init__(self, trace_path, header: dict | None = None):
+        import numpy as np
+        header = header or read_trace(trace_path)["header"]
+        info = header.get("data")
+        if not info:
+            raise InputError(f"{trace_path}: the trace holds no tensor data (capture it with --record-data)")
+        self.path = Path(trace_path).with_name(info["file"])
+        if not self.path.is_file():
+            raise InputError(f"{trace_path}: its tensor data {self.path} is missing")
+        self._z = np.load(self.path)
+
+    def tensors(self, record: dict):
+        import torch
+        if "data" not in record:
+            raise InputError(f"collective {record.get('rank')}:{record.get('seq')} ({record.get('op')}) has no "
+                             f"recorded tensors")
+
+        def load(e):
+            raw = torch.from_numpy(self._z[e["key"]].copy())
+            return raw.view(getattr(torch, e["dtype"])).reshape(e["shape"])
+        return [load(e) for e in record["data"]["in"]], [load(e) for e in record["data"]["out"]]
 
 
 # --------------------------------------------------------------------------- #

@@ -96,9 +96,11 @@ def account(op: str, n: int, in_bytes: int, out_bytes: int, is_root: bool = Fals
 class Recorder:
     """Collects collective records of this rank; phase and export tag set by the driver."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, record_data: bool = False):
         self.rank = rank
         self.records: list[dict] = []
+        # --record-data: key -> raw bytes (uint8) of every collective's input and output tensors
+        self.data: dict | None = {} if record_data else None
         self.phase = "init"
         self.lock = threading.Lock()
         self._groups: dict = {}
@@ -110,7 +112,8 @@ class Recorder:
             self._groups[key] = (pg, list(dist.get_process_group_ranks(pg)))
         return self._groups[key][1]
 
-    def add(self, *, op, api, inputs, outputs, pg=None, ranks=None, root=None, t_us, dur_us, dtype_from=None):
+    def add(self, *, op, api, inputs, outputs, pg=None, ranks=None, root=None, t_us, dur_us, dtype_from=None,
+            data_in=None, data_out=None, reduce_op=None):
         import torch.distributed as dist
         if ranks is None:
             if pg is None:
@@ -129,9 +132,67 @@ class Recorder:
                "t_us": t_us, "dur_us": dur_us}
         if root is not None:
             rec["root"] = root
+        if reduce_op is not None:
+            rec["reduce_op"] = reduce_op
         with self.lock:
             rec["seq"] = len(self.records)
+            if self.data is not None and (data_in or data_out):
+                rec["data"] = {"in": self._store(rec["seq"], "in", data_in or []),
+                               "out": self._store(rec["seq"], "out", data_out or [])}
             self.records.append(rec)
+
+    def _store(self, seq: int, side: str, tensors) -> list[dict]:
+        import torch
+        out = []
+        for i, t in enumerate(tensors):
+            key = f"r{self.rank}_c{seq}_{side}{i}"
+            self.data[key] = t.reshape(-1).contiguous().view(torch.uint8).numpy().copy()
+            out.append({"key": key, "dtype": _dtype_name(t), "shape": list(t.shape)})
+        return out
+
+
+def reduce_op_name(v) -> str | None:
+    """``sum``, ``avg``, ``max``, ... of a ReduceOp as dispatched (a boxed c10d ReduceOp or a string)."""
+    import torch
+    import torch.distributed as dist
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.lower()
+    try:
+        if isinstance(v, torch.ScriptObject) and v._has_method("op"):
+            v = v.op()
+        if isinstance(v, dist.ReduceOp):
+            v = v.op
+        for name, member in dist.ReduceOp.RedOpType.__members__.items():
+            if int(member) == int(v):
+                return name.lower()
+    except Exception:  # bookkeeping must never break the run
+        pass
+    return None
+
+
+def snapshot(x) -> list:
+    """Detached CPU copies of every tensor in ``x`` (a tensor or nested lists of them)."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x.detach().to("cpu", copy=True)]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in snapshot(y)]
+    return []
+
+
+def wait_result(result) -> None:
+    """Complete an async collective now, so its output can be copied (``--record-data`` only)."""
+    import torch
+    if isinstance(result, tuple) and result and isinstance(result[-1], torch.ScriptObject):
+        torch._C._distributed_c10d.Work.unbox(result[-1]).wait()
+    elif isinstance(result, torch.Tensor):
+        wait = getattr(result, "wait", None)
+        if callable(wait):
+            wait()                                   # AsyncCollectiveTensor
+        else:
+            torch.ops._c10d_functional.wait_tensor(result)
 
 
 # c10d ops as dispatched by ProcessGroup (torch.ops.c10d.*): (op, output arg, input arg)
@@ -213,6 +274,7 @@ def make_dispatch_mode(rec: Recorder):
             if base not in table:
                 return func(*args, **kwargs)
             op, out_i, in_i = table[base]
+            pre = snapshot(arg(func, args, kwargs, in_i)) if rec.data is not None else None
             t0 = time.time_ns()
             result = func(*args, **kwargs)
             t1 = time.time_ns()
@@ -232,8 +294,15 @@ def make_dispatch_mode(rec: Recorder):
                             if isinstance(v, int):
                                 root = v if ns == "_c10d_functional" else dist.get_global_rank(pg, v)
                             break
+                post = None
+                if pre is not None:
+                    wait_result(result)
+                    post = snapshot(outputs)
+                names = [a.name for a in func._schema.arguments]
+                red = (reduce_op_name(arg(func, args, kwargs, names.index("reduce_op")))
+                       if "reduce_op" in names else None)
                 rec.add(op=op, api=f"{ns}.{base}", inputs=inputs, outputs=outputs, pg=pg, root=root,
-                        t_us=t0 // 1000, dur_us=(t1 - t0) // 1000)
+                        t_us=t0 // 1000, dur_us=(t1 - t0) // 1000, data_in=pre, data_out=post, reduce_op=red)
             except Exception as e:  # never break the run for bookkeeping
                 rec.add(op=op, api=f"{ns}.{base}!{type(e).__name__}", inputs=None, outputs=None,
                         ranks=[], t_us=t0 // 1000, dur_us=(t1 - t0) // 1000)
@@ -300,6 +369,12 @@ def install_eager_wrappers(rec: Recorder):
     def wrap_eager(name, op, extract, orig):
         def wrapper(*args, **kwargs):
             n0 = len(rec.records)
+            pre = None
+            if rec.data is not None:
+                try:
+                    pre = snapshot(extract(args, kwargs)[0])
+                except Exception:
+                    pre = None
             t0 = time.time_ns()
             result = orig(*args, **kwargs)
             t1 = time.time_ns()
@@ -307,9 +382,17 @@ def install_eager_wrappers(rec: Recorder):
                 try:
                     inputs, outputs, g, root = extract(args, kwargs)
                     pg = group_of(g)
+                    post = None
+                    if pre is not None and not kwargs.get("async_op"):
+                        post = snapshot(outputs)
+                    red = None
+                    if op in ("all_reduce", "reduce_scatter"):
+                        pos = 1 if name == "all_reduce" else 2
+                        red = reduce_op_name(kwargs.get("op", args[pos] if len(args) > pos else dist.ReduceOp.SUM))
                     rec.add(op=op, api=f"torch.distributed.{name}", inputs=inputs, outputs=outputs, pg=pg,
                             ranks=None if pg is not None else [], root=root, t_us=t0 // 1000,
-                            dur_us=(t1 - t0) // 1000)
+                            dur_us=(t1 - t0) // 1000, data_in=pre if post is not None else None, data_out=post,
+                            reduce_op=red)
                 except Exception as e:
                     rec.add(op=op, api=f"torch.distributed.{name}!{type(e).__name__}", inputs=None,
                             outputs=None, ranks=[], t_us=t0 // 1000, dur_us=(t1 - t0) // 1000)
@@ -336,17 +419,25 @@ def install_eager_wrappers(rec: Recorder):
     def wrap_funcol(name, op, orig):
         def wrapper(self, *args, **kwargs):
             n0 = len(rec.records)
+            pre = snapshot(self) if rec.data is not None else None
             t0 = time.time_ns()
             result = orig(self, *args, **kwargs)
             t1 = time.time_ns()
             if len(rec.records) == n0:
+                post = None
+                if pre is not None:
+                    wait_result(result)
+                    post = snapshot(result)
                 group = kwargs.get("group")
                 if group is None:
                     idx = {"all_gather_tensor": 1, "reduce_scatter_tensor": 2, "all_reduce": 1,
                            "all_to_all_single": 2, "broadcast": 1}[name]
                     group = args[idx] if len(args) > idx else None
+                red = None
+                if name in ("all_reduce", "reduce_scatter_tensor"):
+                    red = reduce_op_name(kwargs.get("reduceOp", args[0] if args else None))
                 rec.add(op=op, api=f"funcol.{name}", inputs=self, outputs=result, ranks=funcol_ranks(group),
-                        t_us=t0 // 1000, dur_us=(t1 - t0) // 1000)
+                        t_us=t0 // 1000, dur_us=(t1 - t0) // 1000, data_in=pre, data_out=post, reduce_op=red)
             return result
         wrapper.__wrapped__ = orig
         wrapper.__name__ = name
@@ -612,7 +703,7 @@ def run_worker(a) -> int:
 
     from model.verl_engine import build_engine
 
-    rec = Recorder(rank)
+    rec = Recorder(rank, record_data=a.record_data)
     install_eager_wrappers(rec)
     mode = make_dispatch_mode(rec)
     records: list[dict] = []
@@ -697,6 +788,10 @@ def run_worker(a) -> int:
     summary = {"kind": "worker", "rank": rank, "exported": exported, "grad_norm": grad_norm,
                "mixed_precision": {"param_dtype": str(engine._autocast_dtype).removeprefix("torch.")},
                "sender_shim": _shim, "batch_lens": _lens}
+    if rec.data is not None:
+        import numpy as np
+        kept = {e["key"] for r in records if "data" in r for e in r["data"]["in"] + r["data"]["out"]}
+        np.savez(os.path.join(a.workdir, f"rank{rank}.data.npz"), **{k: rec.data[k] for k in sorted(kept)})
     path = os.path.join(a.workdir, f"rank{rank}.jsonl")
     with open(path + ".tmp", "w") as f:
         f.write(json.dumps(summary) + "\n")
@@ -717,6 +812,7 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bucket-mb", type=int, default=2048)
+    p.add_argument("--record-data", action="store_true")
     a = p.parse_args(argv)
     try:
         return run_worker(a)

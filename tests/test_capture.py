@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from model.capture import SCHEMA, CaptureError, capture, read_trace
+from model.capture import SCHEMA, CaptureError, TraceData, capture, read_trace
 from model.errors import InputError
 from model.models import load_model
 
@@ -20,12 +20,14 @@ def _capture(tmp_path_factory, strategy, world, **kw):
     out = tmp_path_factory.mktemp(f"cap-{strategy}-w{world}") / "trace.jsonl"
     summary = capture(MODEL, strategy, world, out, progress=lambda msg: None, timeout=300, **kw)
     assert summary["out"] == str(out)
-    return read_trace(out)
+    trace = read_trace(out)
+    trace["path"] = str(out)
+    return trace
 
 
 @pytest.fixture(scope="module")
 def fsdp2_w2(tmp_path_factory):
-    return _capture(tmp_path_factory, "fsdp2", 2)
+    return _capture(tmp_path_factory, "fsdp2", 2, record_data=True)
 
 
 @pytest.fixture(scope="module")
@@ -299,3 +301,75 @@ def test_verl_scheme_bytes_equal_captured_export(fsdp2_w2):
     from model.compare import compare_verl_bytes
     got, want = compare_verl_bytes(fsdp2_w2)
     assert got == want and all(g > 0 for g in got)
+
+
+# ------------------------------------------------------------------ --record-data
+
+def _reduce(op: str, xs):
+    import torch
+    if op == "sum":
+        return xs[0] + xs[1]
+    if op == "avg":
+        return (xs[0] + xs[1]) / 2
+    if op == "max":
+        return torch.maximum(xs[0], xs[1])
+    if op == "min":
+        return torch.minimum(xs[0], xs[1])
+    raise AssertionError(f"no reference for reduce op {op!r}")
+
+
+def test_recorded_tensors_obey_every_collective_exactly(fsdp2_w2):
+    """Independent rules on the recorded tensors of both ranks, bit for bit."""
+    import torch
+    data = TraceData(fsdp2_w2["path"])
+    assert fsdp2_w2["header"]["data"]["arrays"] > 0
+    per_rank = collections.defaultdict(list)
+    for r in fsdp2_w2["collectives"]:
+        if r["op"] == "barrier":
+            assert "data" not in r
+            continue
+        assert "data" in r, (r["rank"], r["seq"], r["op"])
+        per_rank[r["rank"]].append(r)
+    assert len(per_rank[0]) == len(per_rank[1]) > 0
+    seen = collections.Counter()
+    for a, b in zip(per_rank[0], per_rank[1]):
+        assert (a["op"], a.get("reduce_op")) == (b["op"], b.get("reduce_op"))
+        (ia, oa), (ib, ob) = data.tensors(a), data.tensors(b)
+        op = a["op"]
+        if op == "all_gather":
+            want = torch.cat([ia[0].reshape(-1), ib[0].reshape(-1)])
+            got = [oa[0].reshape(-1), ob[0].reshape(-1)]
+        elif op == "reduce_scatter":
+            full = _reduce(a["reduce_op"], [ia[0].reshape(-1), ib[0].reshape(-1)])
+            want = full
+            got = [torch.cat([oa[0].reshape(-1), ob[0].reshape(-1)])]
+        elif op == "all_reduce":
+            want = torch.cat([_reduce(a["reduce_op"], [x, y]).reshape(-1) for x, y in zip(ia, ib)])
+            got = [torch.cat([t.reshape(-1) for t in oa]), torch.cat([t.reshape(-1) for t in ob])]
+        elif op == "broadcast":
+            src = ia if a["root"] == 0 else ib
+            want = torch.cat([t.reshape(-1) for t in src])
+            got = [torch.cat([t.reshape(-1) for t in oa]), torch.cat([t.reshape(-1) for t in ob])]
+        else:
+            raise AssertionError(f"unexpected op {op}")
+        for g in got:
+            assert g.dtype == want.dtype and torch.equal(g.view(torch.uint8), want.contiguous().view(torch.uint8)), \
+                (a["seq"], op, a.get("reduce_op"))
+        seen[(op, a.get("reduce_op"))] += 1
+    assert seen[("reduce_scatter", "avg")] > 0 and seen[("all_reduce", "sum")] > 0
+    assert seen[("all_gather", None)] > 0 and seen[("broadcast", None)] > 0
+
+
+def test_trace_without_data_says_so(fsdp1_w2, tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in [fsdp1_w2["header"], *fsdp1_w2["shards"],
+                                                          *fsdp1_w2["collectives"], *fsdp1_w2["buckets"]]))
+    with pytest.raises(InputError, match="capture it with --record-data"):
+        TraceData(p)
+
+
+def test_record_data_refuses_a_large_model(tmp_path, capsys):
+    from gen.cli import main
+    out = tmp_path / "t.jsonl"
+    assert main(["capture", "--model", "qwen2.5-0.5b", "--record-data", "--out", str(out)]) == 2
+    assert "--record-data" in capsys.readouterr().err and not out.exists()
