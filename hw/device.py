@@ -359,6 +359,7 @@ class Device(wiring.Component):
             cop.beat.valid.eq(dma.wr.valid & dma.wr.ready),
             cop.beat.chan.eq(dma.wr.p.chan), cop.beat.be.eq(dma.wr.p.be),
             cb.ctx.eq(cop.commit_ctx), cop.commit_bytes.eq(cb.total),
+            cop.mmu_idle.eq(mmu.idle),      # a COMMIT's bytes: the TLB with every command done
         ]
         m.d.comb += [cb.entries[i].eq(e) for i, e in enumerate(mmu.entries)]
 

@@ -301,7 +301,15 @@ Atomically makes the context's shadow table its active table: its active
 entries are invalidated and its staged entries become active. It is illegal
 (`COMMIT_UNFENCED`) if a COPY was issued on any channel since the last FENCE
 covering that channel. If any copy faulted, the program stops with `FAULT` at
-the COMMIT and nothing is committed.""",
+the COMMIT and nothing is committed.
+
+A successful COMMIT adds to the device's `BYTES_REMAPPED` counter
+(`docs/regmap.md`) the page sizes of the staged entries it activates that map
+the local device's memory (`dev` = this device), whether or not the page lies
+within `mem_bytes`. The staged table it activates is the one every earlier
+instruction left: a staged REMAP or INVAL right before the COMMIT counts (the
+RTL sends a COMMIT only once the MMU has carried out every earlier command).
+Immediate REMAPs and staged entries of other devices are not counted.""",
     Op.HALT: """\
 Waits for all copies; stops with `HALTED`, or `FAULT` if a copy faulted.""",
 }

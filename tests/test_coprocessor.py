@@ -167,6 +167,77 @@ halt""")
     assert all(not e["staged"] for e in rtl["tlb"][0] if e["ctx"] == 1)
 
 
+
+def test_commit_right_after_staged_commands_counts_what_they_left():
+    """A COMMIT right behind a staged REMAP / INVAL (no copy, so nothing waits)
+    counts the staged table those commands left, not the one the MMU still
+    held while they were in flight (the RTL once summed it as the COMMIT was
+    sent, while the previous command had not yet taken effect)."""
+    progs = asm("""version 1
+remap ctx=0 size=1 perm=rw staged=1 dev=0 va=0x0 pa=0x400
+commit ctx=0
+halt""", """version 1
+remap ctx=0 size=1 perm=rw staged=1 dev=1 va=0x0 pa=0x400
+remap ctx=0 size=1 perm=rw staged=1 dev=0 va=0x0 pa=0x400
+fence
+commit ctx=0
+halt""", """version 1
+remap ctx=0 size=1 perm=rw staged=1 dev=2 va=0x0 pa=0x400
+remap ctx=0 size=0 perm=rw staged=1 dev=2 va=0x800 pa=0x0
+inval ctx=0 size=1 staged=1 va=0x0
+commit ctx=0
+halt""")
+    for lockstep in (False, True):
+        rtl, _ = compare_with_golden(ARCH, progs, mems(), lockstep=lockstep)
+        assert rtl["status"] == ["HALTED"] * 3
+        # dev 1's local page was overwritten by a remote one, dev 2's big page invalidated
+        assert rtl["bytes_remapped"] == [4 * PG, 0, PG]
+
+
+def test_concurrent_commit_bytes_regression():
+    """A hypothesis example (test_hypothesis_concurrent_matches_golden): device
+    1's COMMIT follows its staged REMAP after only an empty FENCE; the RTL
+    counted 0 zero-copy bytes instead of the golden model's 128."""
+    arch = ArchParams(devices=2, mem_bytes=448, page_sizes=(64, 128, 256, 512), tlb_entries=6,
+                      contexts=1, channels=2, semaphores=1, imem_words=20, addr_bits=9)
+    dev0 = """version 1
+remap ctx=0 size=2 perm=rw staged=0 dev=0 va=0x0 pa=0x0
+remap ctx=0 size=0 perm=rw staged=0 dev=0 va=0x180 pa=0xc0
+remap ctx=0 size=0 perm=rw staged=0 dev=0 va=0x1c0 pa=0x100
+remap ctx=0 size=1 perm=rw staged=0 dev=0 va=0x80 pa=0x0
+remap ctx=0 size=1 perm=rw staged=0 dev=0 va=0x100 pa=0x80
+remap ctx=0 size=1 perm=rw staged=0 dev=0 va=0x180 pa=0x100
+copy chan=0 ctx=0 tag=255 src=0x94 dst=0xb row_bytes=1 rows=12 src_stride=0x20 dst_stride=0x15
+copy chan=0 ctx=0 tag=8156 src=0x82 dst=0x186 row_bytes=7 rows=9 src_stride=0xc dst_stride=0xe
+wait sem=0 count=2
+copy chan=0 ctx=0 tag=65535 src=0xd5 dst=0xb3 row_bytes=20 rows=2 src_stride=0x9d dst_stride=0x15
+fence mask=0x1d2
+copy chan=1 ctx=0 tag=364 src=0x82 dst=0x6 row_bytes=59 rows=1 src_stride=0x0 dst_stride=0x3b
+remap ctx=0 size=1 perm=- staged=0 dev=1 va=0x180 pa=0x100
+fence mask=0x0
+remap ctx=0 size=0 perm=rw staged=0 dev=0 va=0x40 pa=0x140
+fence mask=0x0
+commit ctx=0
+copy chan=0 ctx=0 tag=300 src=0x1a4 dst=0x40 row_bytes=4 rows=8 src_stride=0x4 dst_stride=0x0
+halt"""
+    dev1 = """version 1
+remap ctx=0 size=0 perm=rw staged=0 dev=1 va=0x40 pa=0x100
+remap ctx=0 size=0 perm=rw staged=0 dev=1 va=0x80 pa=0x140
+remap ctx=0 size=0 perm=rw staged=0 dev=1 va=0xc0 pa=0x180
+remap ctx=0 size=1 perm=rw staged=0 dev=1 va=0x80 pa=0x0
+remap ctx=0 size=1 perm=rw staged=1 dev=1 va=0x0 pa=0x180
+fence mask=0x0
+commit ctx=0
+copy chan=1 ctx=0 tag=65535 src=0x45 dst=0x45 row_bytes=33 rows=3 src_stride=0x4c dst_stride=0x4d
+remap ctx=0 size=1 perm=rw staged=0 dev=1 va=0x0 pa=0x80"""   # no halt: runs off the end
+    progs = asm(dev0, dev1, arch=arch)
+    memories = mems(arch, seed=5)
+    racy = racy_copies(arch, progs, memories)
+    rtl, _ = compare_with_golden(arch, progs, memories, data_width=32, memories_too=not racy)
+    assert rtl["bytes_remapped"] == [0, 128]
+    assert list(zip(rtl["status"], rtl["cause"], rtl["pc"])) == [
+        ("ABORTED", "DEADLOCK", 9), ("ILLEGAL", "BAD_OPCODE", 10)]
+
 def test_commit_unfenced_then_fault_check_order():
     progs = asm(f"""version 1
 {ident(pages=range(2))}

@@ -417,6 +417,32 @@ def test_mmu_command_unit_sends_commands_and_checks_commit():
     assert len(flushes) == 4
 
 
+
+def test_mmu_command_unit_commit_waits_for_an_idle_mmu():
+    """A COMMIT is sent only while ``mmu_idle`` (every earlier command has taken
+    effect: the commit bytes are read from the TLB in the cycle it is sent);
+    a REMAP does not wait for it."""
+    dut = MmuCommandUnit(ARCH)
+    log = []
+
+    async def tb(ctx):
+        ctx.set(dut.step, 1)
+        ctx.set(dut.done, 0b111)
+        ctx.set(dut.cmd.ready, 1)
+        ctx.set(dut.mmu_idle, 0)
+        for word in (encode(Op.REMAP, ctx=1, staged=1), encode(Op.COMMIT, ctx=1)):
+            ctx.set(dut.insn.valid, 1)
+            ctx.set(dut.insn.p, {"bits": word})
+            for cycle in range(4):
+                ctx.set(dut.mmu_idle, cycle == 3)
+                _, _, v, c, r = await ctx.tick().sample(dut.cmd.valid, dut.committed,
+                                                        dut.insn.ready)
+                log.append((v, c, r))
+        ctx.set(dut.insn.valid, 0)
+
+    run_simulation(clocked(dut), [tb])
+    assert log == [(1, 0, 1)] * 4 + [(0, 0, 0)] * 3 + [(1, 1, 1)]
+
 # ------------------------------------------------------------------ counters
 def test_counters_count_bytes_per_channel_and_clear():
     rng = random.Random(9)

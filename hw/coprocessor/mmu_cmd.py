@@ -23,8 +23,14 @@ class MmuCommandUnit(wiring.Component):
       that a copy in flight still needs); a staged ``INVAL`` goes at once.
     * ``COMMIT`` stops ``ILLEGAL`` / ``COMMIT_UNFENCED`` if a channel has a
       COPY since its last FENCE; else waits until every channel is done and
-      stops ``FAULT`` if one faulted (lowest channel's cause); else it is
-      sent, and ``committed`` pulses.
+      stops ``FAULT`` if one faulted (lowest channel's cause); else waits
+      until the MMU is idle (``mmu_idle``: every earlier REMAP / INVAL has
+      taken effect) and is sent, and ``committed`` pulses. The commit bytes
+      are read from the TLB in that cycle, and nothing else changes the TLB
+      until the COMMIT takes effect, so they are the bytes it activates (sent
+      while a command is still in flight, a staged REMAP right before the
+      COMMIT would be missed, and an entry that a staged INVAL right before
+      it removes would be counted).
 
     Every command sent pulses ``flush`` (the DMA's translation caches).
 
@@ -45,6 +51,9 @@ class MmuCommandUnit(wiring.Component):
         From the sync unit.
     cmd : ``Out(stream.Signature(MmuCommand(arch)))``
         To the MMU.
+    mmu_idle : ``In(1)``
+        From the MMU's ``idle``: every command sent has taken effect. Reset
+        value 1, for a testbench that answers for the MMU at once.
     flush : ``Out(1)``
         To the DMA.
     commit_ctx : ``Out(ctx bits)``
@@ -64,6 +73,7 @@ class MmuCommandUnit(wiring.Component):
             "chan_status": In(ChannelStatus(arch)).array(C),
             "unfenced": In(C),
             "cmd": Out(stream.Signature(MmuCommand(arch))),
+            "mmu_idle": In(1, init=1),
             "flush": Out(1),
             "commit_ctx": Out(ctx_bits(arch)),
             "committed": Out(1),
@@ -104,7 +114,7 @@ class MmuCommandUnit(wiring.Component):
                     with m.Elif(all_done & error.any()):
                         m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
                                      stop.cause.eq(all_cause)]
-                    with m.Elif(all_done):
+                    with m.Elif(all_done & self.mmu_idle):
                         m.d.comb += [self.cmd.valid.eq(1),
                                      self.committed.eq(self.cmd.ready)]
         return m

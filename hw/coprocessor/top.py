@@ -94,11 +94,16 @@ class Coprocessor(wiring.Component):
         and byte enables.
     mmu_cmd : ``Out(stream.Signature(MmuCommand(arch)))``
         To the MMU's ``cmd``.
+    mmu_idle : ``In(1)``
+        From the MMU's ``idle``: a COMMIT is sent only when every earlier
+        command has taken effect, so that ``commit_bytes`` sees them. Reset
+        value 1 (a testbench answering for the MMU may leave it alone).
     commit_ctx : ``Out(ctx bits)``
         The context of the COMMIT being executed.
     commit_bytes : ``In(commit_bytes_shape(arch))``
         Bytes of the staged entries of ``commit_ctx`` that map local memory
-        (added to ``bytes_remapped`` when the COMMIT is sent).
+        (added to ``bytes_remapped`` when the COMMIT is sent; the MMU is idle
+        then, so this is the TLB the COMMIT acts on).
     sig : ``Out(stream.Signature(SignalMessage(arch)))``
         SIGNAL messages to the interconnect.
     sig_in : ``In(stream.Signature(sem_bits(arch)))``
@@ -167,6 +172,7 @@ class Coprocessor(wiring.Component):
             "dma_fault": In(stream.Signature(DmaFault(arch, C))),
             "beat": In(WriteBeatSignature(C, data_width)),
             "mmu_cmd": Out(stream.Signature(MmuCommand(arch))),
+            "mmu_idle": In(1, init=1),
             "commit_ctx": Out(ctx_bits(arch)),
             "commit_bytes": In(commit_bytes_shape(arch)),
             "sig": Out(stream.Signature(SignalMessage(arch))),
@@ -248,6 +254,7 @@ class Coprocessor(wiring.Component):
             sync.issued.eq(issue.issued), mmu.unfenced.eq(sync.unfenced),
             sync.restart.eq(seq.restart), sync.quiesced.eq(self.quiesced),
             self.dma_flush.eq(mmu.flush), self.commit_ctx.eq(mmu.commit_ctx),
+            mmu.mmu_idle.eq(self.mmu_idle),
             # counters
             counters.restart.eq(seq.restart), counters.begin.eq(seq.begin),
             counters.running.eq(seq.clearing | seq.run), counters.issued.eq(issue.issued),
