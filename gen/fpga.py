@@ -345,7 +345,9 @@ def ooc_component(opts: OocOptions):
         from hw.coprocessor import Coprocessor
         return Coprocessor(arch, data_width=opts.bus_bits)
     from hw.device import Device
-    return Device(arch, data_width=opts.bus_bits)
+    # one shared write port, as on the boards: block RAM has one (with a port
+    # per writer the memory becomes flip-flops: 145,736 LUT4 at 4 KiB)
+    return Device(arch, data_width=opts.bus_bits, shared_write=True)
 
 
 def build_ooc(opts: OocOptions) -> dict:
