@@ -6,7 +6,8 @@ One instruction per line; ``;`` starts a comment to the end of the line;
 blank lines are ignored. A line is a lower-case mnemonic (the ``Op`` name in
 lower case: ``version copy fence remap inval signal wait commit halt``)
 followed by ``key=value`` operands, separated by blanks, in any order. The
-keys are the field names of ``hw.isa.FORMATS``; a field not mentioned is 0.
+keys are the field names of ``hw.isa.FORMATS``; every field must be given (a
+missing one is an error naming it, never a silent 0).
 
 Values are decimal (``4096``) or hex (``0x1000``), ``_`` allowed between
 digits. Special operands:
@@ -27,7 +28,7 @@ Example::
     version 1
     remap ctx=1 size=0 perm=rw staged=0 dev=0 va=0x10000 pa=0x0
     copy chan=0 ctx=1 src=0x10000 dst=0x20000 row_bytes=256 rows=4 src_stride=0x100 dst_stride=0x200
-    fence                 ; mask=0: every channel
+    fence mask=0          ; mask=0: every channel
     signal dev=1 sem=0
     wait sem=0 count=1
     commit ctx=1
@@ -126,6 +127,11 @@ def assemble(text: str, filename: str = "<input>", *,
             if v > f.mask:
                 raise err(vcol, f"value {val} does not fit in field {key!r} ({f.width} bits)")
             values[key] = v
+        missing = [k for k in fmt if k not in values]
+        if missing:
+            example = " ".join(f"{k}=0" for k in missing)
+            raise err(mcol, f"{mnem} is missing field(s) {', '.join(missing)} (every field must be given, "
+                            f"e.g. {example})")
         word = int(op)
         for key, v in values.items():
             word |= v << fmt[key].lsb

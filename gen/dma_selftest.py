@@ -67,10 +67,10 @@ def dma_selftest_case(*, mem_bytes: int = 4096, channels: int = 4, bus_bytes: in
                             "dst_stride": dst_stride})
         dst += span + rng.randrange(0, bus_bytes + 1)
     size = next(i for i, p in enumerate(arch.page_sizes) if p >= mem_bytes)
-    program = ["version 1", f"remap ctx=0 size={size} perm=rw dev=0 va=0 pa=0"]
+    program = ["version 1", f"remap ctx=0 size={size} perm=rw dev=0 va=0 pa=0 staged=0"]
     for d in descriptors:
         program.append("copy " + " ".join(f"{k}={v}" for k, v in d.items()))
-    program += ["fence", "halt"]
+    program += ["fence mask=0", "halt"]
     res = GoldenSystem(arch, [assemble("\n".join(program))], [image]).run()
     if res.status[0] != Status.HALTED:
         raise RuntimeError(f"golden model: the self-test program ended {res.status[0]}")

@@ -31,7 +31,8 @@ files of {bits}-bit words (`gen/hexfile.py`).
 - One instruction per line; `;` starts a comment; blank lines are ignored.
 - A line is a lower-case mnemonic ({mnemonics}) and `key=value` operands in
   any order, separated by blanks. Keys are the field names of the table
-  above; an omitted field is 0.
+  above. Every field must be given: a missing one is an error that names it
+  (never a silent 0).
 - Values: decimal (`4096`) or hex (`0x1000`), `_` allowed between digits.
   `perm=` also takes `r`, `w`, `rw`, `-`; `staged=` is `0` or `1`; `size=` is
   the 2-bit page-size *index* (`size=0..3`), never a byte count.
@@ -49,8 +50,8 @@ files of {bits}-bit words (`gen/hexfile.py`).
 ```
 version {version}
 remap ctx=1 size=0 perm=rw staged=0 dev=0 va=0x10000 pa=0x0
-copy chan=0 ctx=1 src=0x10000 dst=0x10800 row_bytes=256 rows=4 src_stride=0x100 dst_stride=0x200
-fence                  ; mask=0: every channel
+copy chan=0 ctx=1 src=0x10000 dst=0x10800 row_bytes=256 rows=4 src_stride=0x100 dst_stride=0x200 tag=0
+fence mask=0           ; mask=0: every channel
 signal dev=1 sem=0
 commit ctx=1
 halt

@@ -25,12 +25,12 @@ def test_assemble_every_instruction_by_hand():
     version 1
     copy dst_stride=0x20 chan=3 ctx=2 tag=7 src=0x1000 dst=0x2_000 row_bytes=16 rows=4 src_stride=32
     fence mask=0x5          ; trailing comment
-    fence
+    fence mask=0
     remap ctx=1 size=2 perm=rw staged=1 dev=3 va=0x100000 pa=0x200000
-    remap perm=r
-    remap perm=w
-    remap perm=-
-    remap perm=2
+    remap perm=r ctx=0 size=0 staged=0 dev=0 va=0 pa=0
+    remap perm=w ctx=0 size=0 staged=0 dev=0 va=0 pa=0
+    remap perm=- ctx=0 size=0 staged=0 dev=0 va=0 pa=0
+    remap perm=2 ctx=0 size=0 staged=0 dev=0 va=0 pa=0
     inval ctx=1 size=1 staged=1 va=0x10000
     signal dev=2 sem=5
     wait sem=5 count=3
@@ -64,7 +64,7 @@ def test_assemble_every_instruction_by_hand():
 
 def test_disassemble_canonical_form():
     text = disassemble(assemble(
-        "version 1\ncopy src=4096 chan=1\nremap perm=rw va=65536 size=1\nfence mask=3\nhalt\n.word 0"))
+        "version 1\ncopy src=4096 chan=1 ctx=0 tag=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0\nremap perm=rw va=65536 size=1 ctx=0 staged=0 dev=0 pa=0\nfence mask=3\nhalt\n.word 0"))
     assert text.splitlines() == [
         "version 1",
         "copy chan=1 ctx=0 tag=0 src=0x1000 dst=0x0 row_bytes=0 rows=0 src_stride=0x0 dst_stride=0x0",
@@ -106,20 +106,27 @@ def test_valid_words_disassemble_to_mnemonics(word):
 
 
 @pytest.mark.parametrize("line,col,msg", [
-    ("copy foo=1", 6, "unknown field 'foo' for copy"),
-    ("copy chan=1 chan=2", 13, "field 'chan' given twice"),
+    ("copy foo=1 chan=0 ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 6, "unknown field 'foo' for copy"),
+    ("copy chan=1 chan=2 ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 13, "field 'chan' given twice"),
     ("frob x=1", 1, "unknown mnemonic 'frob'"),
     ("COPY chan=1", 1, "unknown mnemonic 'COPY'"),
-    ("copy chan=16", 11, "does not fit in field 'chan' (4 bits)"),
-    ("copy src=0x1000000000000", 10, "does not fit in field 'src' (48 bits)"),
-    ("copy chan=abc", 11, "bad value 'abc' for field 'chan'"),
-    ("copy chan=-1", 11, "bad value '-1'"),
+    ("copy chan=16 ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 11, "does not fit in field 'chan' (4 bits)"),
+    ("copy src=0x1000000000000 chan=0 ctx=0 tag=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 10, "does not fit in field 'src' (48 bits)"),
+    ("copy chan=abc ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 11, "bad value 'abc' for field 'chan'"),
+    ("copy chan=-1 ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0", 11, "bad value '-1'"),
     ("copy chan", 6, "expected key=value"),
-    ("remap perm=x", 12, "bad value 'x' for field 'perm' (use r, w, rw or -)"),
-    ("remap perm=4", 12, "does not fit in field 'perm'"),
-    ("remap staged=2", 14, "staged must be 0 or 1"),
-    ("remap size=4K", 12, "bad value '4K' for field 'size'"),
+    ("remap perm=x ctx=0 size=0 staged=0 dev=0 va=0 pa=0", 12, "bad value 'x' for field 'perm' (use r, w, rw or -)"),
+    ("remap perm=4 ctx=0 size=0 staged=0 dev=0 va=0 pa=0", 12, "does not fit in field 'perm'"),
+    ("remap staged=2 ctx=0 size=0 perm=0 dev=0 va=0 pa=0", 14, "staged must be 0 or 1"),
+    ("remap size=4K ctx=0 perm=0 staged=0 dev=0 va=0 pa=0", 12, "bad value '4K' for field 'size'"),
     ("halt now=1", 6, "unknown field 'now' for halt (it has no fields)"),
+    ("copy chan=0 ctx=0", 1, "copy is missing field(s) tag, src, dst, row_bytes, rows, src_stride, dst_stride"),
+    ("  fence", 3, "fence is missing field(s) mask (every field must be given, e.g. mask=0)"),
+    ("remap ctx=1 size=0 perm=rw dev=0 va=0 pa=0", 1, "remap is missing field(s) staged"),
+    ("inval ctx=1 size=0 va=0", 1, "inval is missing field(s) staged"),
+    ("signal dev=1", 1, "signal is missing field(s) sem"),
+    ("wait sem=0", 1, "wait is missing field(s) count"),
+    ("commit", 1, "commit is missing field(s) ctx"),
     (".word", 1, ".word takes exactly one value"),
     (".word 0x" + "1" * 65, 7, "bad .word value"),
     ("  wait  sem=1 cnt=2", 15, "unknown field 'cnt' for wait"),
@@ -144,7 +151,7 @@ def test_version_mismatch_refused_unless_allowed():
 
 def test_cli_asm_disasm(tmp_path, capsys):
     s = tmp_path / "p.s"
-    s.write_text("version 1\nremap ctx=1 perm=rw va=0x1000\ncopy chan=1 rows=2 row_bytes=8\nhalt\n")
+    s.write_text("version 1\nremap ctx=1 perm=rw va=0x1000 size=0 staged=0 dev=0 pa=0\ncopy chan=1 rows=2 row_bytes=8 ctx=0 tag=0 src=0 dst=0 src_stride=0 dst_stride=0\nhalt\n")
     out = tmp_path / "out" / "p.hex"
     assert cli_main(["asm", str(s), "-o", str(out)]) == 0
     base, words = read_hex(out, WORD_BITS)
@@ -161,7 +168,7 @@ def test_cli_asm_disasm(tmp_path, capsys):
 
 def test_cli_errors_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.s"
-    bad.write_text("version 1\n\ncopy chan=1 bogus=3\n")
+    bad.write_text("version 1\n\ncopy chan=1 bogus=3 ctx=0 tag=0 src=0 dst=0 row_bytes=0 rows=0 src_stride=0 dst_stride=0\n")
     assert cli_main(["asm", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"error: {bad}:3:13: unknown field 'bogus' for copy (fields: chan, ctx, tag, " \

@@ -18,16 +18,16 @@ ARCH = ArchParams(devices=2, mem_bytes=1024, page_sizes=(256, 512, 1024, 2048), 
 PROGRAMS_TEXT = [
     # device 0: copies 200 bytes locally and 64 bytes into device 1
     """version 1
-       remap ctx=0 size=2 perm=rw dev=0 va=0x000 pa=0x000
-       remap ctx=0 size=1 perm=w dev=1 va=0x400 pa=0x200
-       copy chan=0 ctx=0 src=0x010 dst=0x300 row_bytes=100 rows=2 src_stride=0x80 dst_stride=0x70
-       copy chan=1 ctx=0 src=0x123 dst=0x405 row_bytes=64 rows=1
-       fence
+       remap ctx=0 size=2 perm=rw dev=0 va=0x000 pa=0x000 staged=0
+       remap ctx=0 size=1 perm=w dev=1 va=0x400 pa=0x200 staged=0
+       copy chan=0 ctx=0 src=0x010 dst=0x300 row_bytes=100 rows=2 src_stride=0x80 dst_stride=0x70 tag=0
+       copy chan=1 ctx=0 src=0x123 dst=0x405 row_bytes=64 rows=1 tag=0 src_stride=0 dst_stride=0
+       fence mask=0
        halt""",
     """version 1
-       remap ctx=1 size=2 perm=rw dev=1 va=0 pa=0
-       copy chan=1 ctx=1 src=0x001 dst=0x100 row_bytes=31 rows=3 src_stride=0x20 dst_stride=0x21
-       fence
+       remap ctx=1 size=2 perm=rw dev=1 va=0 pa=0 staged=0
+       copy chan=1 ctx=1 src=0x001 dst=0x100 row_bytes=31 rows=3 src_stride=0x20 dst_stride=0x21 tag=0
+       fence mask=0
        halt""",
 ]
 

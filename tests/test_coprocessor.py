@@ -90,10 +90,10 @@ def test_copy_2d_local_and_remote_fence_halt():
     progs = asm(f"""version 1
 {ident()}
 {ident(pages=range(4), dev=1, va_off=0x10000)}
-copy chan=0 ctx=1 src=0x10 dst=0x810 row_bytes=37 rows=11 src_stride=0x50 dst_stride=0x40
-copy chan=1 ctx=1 src=0x3 dst=0x10005 row_bytes=300 rows=2 src_stride=0x133 dst_stride=0x177
-copy chan=2 ctx=1 src=0x400 dst=0xc01 row_bytes=0 rows=5
-copy chan=3 ctx=1 src=0x500 dst=0xd00 row_bytes=5 rows=0
+copy chan=0 ctx=1 src=0x10 dst=0x810 row_bytes=37 rows=11 src_stride=0x50 dst_stride=0x40 tag=0
+copy chan=1 ctx=1 src=0x3 dst=0x10005 row_bytes=300 rows=2 src_stride=0x133 dst_stride=0x177 tag=0
+copy chan=2 ctx=1 src=0x400 dst=0xc01 row_bytes=0 rows=5 tag=0 src_stride=0 dst_stride=0
+copy chan=3 ctx=1 src=0x500 dst=0xd00 row_bytes=5 rows=0 tag=0 src_stride=0 dst_stride=0
 fence mask=0x3
 halt""")
     rtl, gold = compare_with_golden(ARCH, progs, mems())
@@ -105,11 +105,11 @@ def test_fence_fault_stops_with_lowest_channel_cause():
     progs = asm(f"""version 1
 {ident(pages=range(8))}
 remap ctx=1 size=0 perm=r staged=0 dev=0 va=0x800 pa=0x800
-copy chan=2 ctx=1 src=0x0 dst=0x700 row_bytes=0x180 rows=1
-copy chan=1 ctx=1 src=0x8f0 dst=0x100 row_bytes=0x20 rows=1
-copy chan=0 ctx=1 src=0x100 dst=0x200 row_bytes=0x10 rows=1
+copy chan=2 ctx=1 src=0x0 dst=0x700 row_bytes=0x180 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=1 src=0x8f0 dst=0x100 row_bytes=0x20 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=1 src=0x100 dst=0x200 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x1
-fence
+fence mask=0
 halt""")
     rtl, _ = compare_with_golden(ARCH, progs, mems())
     assert (rtl["status"][0], rtl["cause"][0], rtl["pc"][0]) == ("FAULT", "NOT_MAPPED", 14)
@@ -120,9 +120,9 @@ halt""")
 def test_faulted_channel_discards_later_copies_halt_faults():
     progs = asm(f"""version 1
 {ident(pages=range(4))}
-copy chan=0 ctx=1 src=0x300 dst=0x10 row_bytes=0x200 rows=1
-copy chan=0 ctx=1 src=0x0 dst=0x200 row_bytes=0x10 rows=1
-copy chan=1 ctx=1 src=0x0 dst=0x280 row_bytes=0x10 rows=1
+copy chan=0 ctx=1 src=0x300 dst=0x10 row_bytes=0x200 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=1 src=0x0 dst=0x200 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=1 src=0x0 dst=0x280 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0
 remap ctx=2 size=0 perm=rw staged=0 dev=0 va=0x0 pa=0x0
 halt""")
     rtl, _ = compare_with_golden(ARCH, progs, mems())
@@ -138,10 +138,10 @@ remap ctx=0 size=0 perm=rw staged=0 dev=0 va=0x200 pa=0xf00
 remap ctx=0 size=0 perm=r staged=0 dev=0 va=0x300 pa=0x300
 remap ctx=0 size=1 perm=rw staged=0 dev=0 va=0x1000 pa=0xc00
 remap ctx=0 size=0 perm=rw staged=0 dev=0 va=0x2000 pa=0x1000
-copy chan=0 ctx=0 src=0x10 dst=0x200 row_bytes=4 rows=1
-copy chan=1 ctx=0 src=0x110 dst=0x200 row_bytes=4 rows=1
-copy chan=2 ctx=0 src=0x300 dst=0x304 row_bytes=4 rows=1
-copy chan=3 ctx=0 src=0x1000 dst=0x2000 row_bytes=0x30 rows=1 ; beyond memory
+copy chan=0 ctx=0 src=0x10 dst=0x200 row_bytes=4 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=0 src=0x110 dst=0x200 row_bytes=4 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=2 ctx=0 src=0x300 dst=0x304 row_bytes=4 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=3 ctx=0 src=0x1000 dst=0x2000 row_bytes=0x30 rows=1 tag=0 src_stride=0 dst_stride=0 ; beyond memory
 halt""")
     rtl, _ = compare_with_golden(ARCH, progs, mems())
     assert sorted(f["cause"] for f in rtl["faults"]) == \
@@ -156,9 +156,9 @@ remap ctx=1 size=0 perm=r staged=1 dev=2 va=0x400 pa=0x0
 remap ctx=1 size=0 perm=r staged=1 dev=0 va=0x500 pa=0x100
 inval ctx=1 size=0 staged=1 va=0x500
 remap ctx=1 size=0 perm=rw staged=0 dev=0 va=0x8000 pa=0x0
-copy chan=0 ctx=0 src=0x0 dst=0x600 row_bytes=0x100 rows=1
+copy chan=0 ctx=0 src=0x0 dst=0x600 row_bytes=0x100 rows=1 tag=0 src_stride=0 dst_stride=0
 inval ctx=0 size=0 staged=0 va=0x700
-fence
+fence mask=0
 commit ctx=1
 halt""")
     rtl, gold = compare_with_golden(ARCH, progs, mems())
@@ -179,7 +179,7 @@ commit ctx=0
 halt""", """version 1
 remap ctx=0 size=1 perm=rw staged=1 dev=1 va=0x0 pa=0x400
 remap ctx=0 size=1 perm=rw staged=1 dev=0 va=0x0 pa=0x400
-fence
+fence mask=0
 commit ctx=0
 halt""", """version 1
 remap ctx=0 size=1 perm=rw staged=1 dev=2 va=0x0 pa=0x400
@@ -241,14 +241,14 @@ remap ctx=0 size=1 perm=rw staged=0 dev=1 va=0x0 pa=0x80"""   # no halt: runs of
 def test_commit_unfenced_then_fault_check_order():
     progs = asm(f"""version 1
 {ident(pages=range(2))}
-copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=8 rows=1
+copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=8 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x1
 commit ctx=1
 halt""", """version 1
 commit ctx=7
 halt""", f"""version 1
 {ident(pages=range(2), dev=2)}
-copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=8 rows=1
+copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=8 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x2
 commit ctx=1
 halt""")
@@ -279,7 +279,7 @@ def test_deadlock_waits_for_copies_in_flight():
     # device 0 waits forever, but only after its long unfenced copy has landed
     progs = asm(f"""version 1
 {ident(pages=range(16))}
-copy chan=0 ctx=1 src=0x0 dst=0x800 row_bytes=0x300 rows=1
+copy chan=0 ctx=1 src=0x0 dst=0x800 row_bytes=0x300 rows=1 tag=0 src_stride=0 dst_stride=0
 wait sem=0 count=1
 halt""", arch=ARCH)
     rtl, _ = compare_with_golden(ARCH, progs, mems())
@@ -386,10 +386,10 @@ def test_fence_right_after_copy_cannot_slip_through():
                       contexts=2, channels=2, semaphores=1, imem_words=32, addr_bits=20)
     prog = asm(f"""version 1
 {ident(pages=range(16))}
-copy chan=0 ctx=1 src=0x0 dst=0x800 row_bytes=0x800 rows=1
+copy chan=0 ctx=1 src=0x0 dst=0x800 row_bytes=0x800 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x2
 fence mask=0x1
-copy chan=1 ctx=1 src=0x0 dst=0x800 row_bytes=0 rows=1
+copy chan=1 ctx=1 src=0x0 dst=0x800 row_bytes=0 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x2
 halt""", arch=arch)[0]
     system = System(arch, data_width=32, programs=[prog], memories=mems(arch))

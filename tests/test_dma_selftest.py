@@ -24,8 +24,8 @@ def _corrupted(case):
     from gen.asm import assemble
     descs = [dict(d) for d in case.descriptors]
     descs[0]["src"] += 1
-    program = ["version 1", "remap ctx=0 size=1 perm=rw dev=0 va=0 pa=0"]
-    program += ["copy " + " ".join(f"{k}={v}" for k, v in d.items()) for d in descs] + ["fence", "halt"]
+    program = ["version 1", "remap ctx=0 size=1 perm=rw dev=0 va=0 pa=0 staged=0"]
+    program += ["copy " + " ".join(f"{k}={v}" for k, v in d.items()) for d in descs] + ["fence mask=0", "halt"]
     mem = GoldenSystem(case.arch, [assemble("\n".join(program))], [case.image]).run().memories[0]
     return descs, zlib.crc32(bytes(mem))
 

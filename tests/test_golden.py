@@ -54,8 +54,8 @@ def ref_copy(mem_src: bytearray, mem_dst: bytearray, src, dst, row_bytes, rows, 
 def test_copy_2d_strided_local():
     prog = f"""version 1
 {ident(pages=range(16))}
-copy chan=0 ctx=1 src=0x100 dst=0x8010 row_bytes=37 rows=11 src_stride=0x50 dst_stride=0x40
-fence
+copy chan=0 ctx=1 src=0x100 dst=0x8010 row_bytes=37 rows=11 src_stride=0x50 dst_stride=0x40 tag=0
+fence mask=0
 halt"""
     s, r = run([prog])
     exp = [bytearray(m) for m in mems()]
@@ -72,9 +72,9 @@ def test_copy_many_rows_vector_path_and_row_crossing_pages():
     # 200 rows of 24 bytes with stride 150: some rows straddle a 4 KiB page
     prog = f"""version 1
 {ident(pages=range(16))}
-copy chan=1 ctx=1 src=0x10 dst=0x8000 row_bytes=24 rows=200 src_stride=150 dst_stride=24
-copy chan=2 ctx=1 src=0x7000 dst=0xc000 row_bytes=8 rows=300 src_stride=0x10 dst_stride=0x8
-fence
+copy chan=1 ctx=1 src=0x10 dst=0x8000 row_bytes=24 rows=200 src_stride=150 dst_stride=24 tag=0
+copy chan=2 ctx=1 src=0x7000 dst=0xc000 row_bytes=8 rows=300 src_stride=0x10 dst_stride=0x8 tag=0
+fence mask=0
 halt"""
     s, r = run([prog])
     exp = [bytearray(m) for m in mems()]
@@ -86,12 +86,12 @@ halt"""
 
 def test_copy_remote_destination_and_scattered_mapping():
     # ctx 2: va page k -> device 1 page (15 - k); source ctx 2 pages 0..3 local
-    maps = "\n".join(f"remap ctx=2 size=0 perm=w dev=1 va={(8 + k) * PG:#x} pa={(15 - k) * PG:#x}"
+    maps = "\n".join(f"remap ctx=2 size=0 perm=w dev=1 va={(8 + k) * PG:#x} pa={(15 - k) * PG:#x} staged=0"
                      for k in range(4))
     prog = f"""version 1
 {ident(ctx=2, pages=range(4), perm='r')}
 {maps}
-copy chan=3 ctx=2 src=0x0ff0 dst=0x8ff8 row_bytes=0x1800 rows=1
+copy chan=3 ctx=2 src=0x0ff0 dst=0x8ff8 row_bytes=0x1800 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x8
 halt"""
     s, r = run([prog])
@@ -108,9 +108,9 @@ halt"""
 
 def test_copy_zero_rows_or_bytes_is_nothing_even_unmapped():
     prog = """version 1
-copy chan=0 ctx=0 src=0x100 dst=0x200 row_bytes=0 rows=5
-copy chan=0 ctx=0 src=0x100 dst=0x200 row_bytes=5 rows=0
-fence
+copy chan=0 ctx=0 src=0x100 dst=0x200 row_bytes=0 rows=5 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=0 src=0x100 dst=0x200 row_bytes=5 rows=0 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 halt"""
     s, r = run([prog])
     assert r.status[0] is Status.HALTED and r.faults == [] and r.descriptors[0] == 2
@@ -120,12 +120,12 @@ halt"""
 def test_address_wraps_modulo_addr_bits():
     top = 1 << ARCH.addr_bits
     prog = f"""version 1
-remap ctx=1 size=0 perm=rw dev=0 va={top - PG:#x} pa=0x3000
-remap ctx=1 size=0 perm=rw dev=0 va=0x0 pa=0x5000
-remap ctx=1 size=0 perm=rw dev=0 va=0x1000 pa=0x9000
-copy chan=0 ctx=1 src={top - 0x10:#x} dst=0x1000 row_bytes=0x20 rows=1
-copy chan=1 ctx=1 src=0x1100 dst=0x1200 row_bytes=4 rows=3 src_stride={(1 << 32) - 0x40:#x} dst_stride=0x10
-fence
+remap ctx=1 size=0 perm=rw dev=0 va={top - PG:#x} pa=0x3000 staged=0
+remap ctx=1 size=0 perm=rw dev=0 va=0x0 pa=0x5000 staged=0
+remap ctx=1 size=0 perm=rw dev=0 va=0x1000 pa=0x9000 staged=0
+copy chan=0 ctx=1 src={top - 0x10:#x} dst=0x1000 row_bytes=0x20 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=1 src=0x1100 dst=0x1200 row_bytes=4 rows=3 src_stride={(1 << 32) - 0x40:#x} dst_stride=0x10 tag=0
+fence mask=0
 halt"""
     s, r = run([prog])
     m = bytearray(mems()[0])
@@ -144,9 +144,9 @@ halt"""
 def test_overlapping_copy_is_a_forward_byte_loop():
     prog = f"""version 1
 {ident(pages=range(4))}
-copy chan=0 ctx=1 src=0x100 dst=0x103 row_bytes=50 rows=1
-copy chan=0 ctx=1 src=0x400 dst=0x3f0 row_bytes=50 rows=1
-fence
+copy chan=0 ctx=1 src=0x100 dst=0x103 row_bytes=50 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=1 src=0x400 dst=0x3f0 row_bytes=50 rows=1 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 halt"""
     s, r = run([prog])
     m = bytearray(mems()[0])
@@ -160,11 +160,11 @@ halt"""
 def test_lowest_numbered_overlapping_entry_wins():
     # entry 0: 4 KiB page at va 0x5000 -> pa 0xa000; entry 1: 16 KiB page at 0x4000 -> pa 0x0
     prog = """version 1
-remap ctx=1 size=0 perm=r dev=0 va=0x5000 pa=0xa000
-remap ctx=1 size=1 perm=rw dev=0 va=0x4000 pa=0x0
-remap ctx=1 size=0 perm=w dev=0 va=0x20000 pa=0xf000
-copy chan=0 ctx=1 src=0x4800 dst=0x20000 row_bytes=0x2000 rows=1
-fence
+remap ctx=1 size=0 perm=r dev=0 va=0x5000 pa=0xa000 staged=0
+remap ctx=1 size=1 perm=rw dev=0 va=0x4000 pa=0x0 staged=0
+remap ctx=1 size=0 perm=w dev=0 va=0x20000 pa=0xf000 staged=0
+copy chan=0 ctx=1 src=0x4800 dst=0x20000 row_bytes=0x2000 rows=1 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 halt"""
     s, r = run([prog])
     m = bytearray(mems()[0])
@@ -190,9 +190,9 @@ def check_partial(r, m_before, src, dst, n_done, total, dev=0):
 def test_fault_mid_copy_source_side_page_boundary():
     prog = f"""version 1
 {ident(pages=[0, 1, 3, 4, 5, 6])}
-copy chan=0 ctx=1 src=0x1f00 dst=0x4000 row_bytes=0x200 rows=1
-copy chan=0 ctx=1 src=0x0 dst=0x5000 row_bytes=0x10 rows=1
-copy chan=1 ctx=1 src=0x0 dst=0x6000 row_bytes=0x10 rows=1
+copy chan=0 ctx=1 src=0x1f00 dst=0x4000 row_bytes=0x200 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=1 src=0x0 dst=0x5000 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=1 src=0x0 dst=0x6000 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0
 fence mask=0x2
 fence mask=0x1
 halt"""
@@ -214,7 +214,7 @@ def test_fault_mid_copy_destination_side_no_write():
 {ident(pages=[0, 1, 2, 3])}
 {ident(pages=[4], perm='w')}
 {ident(pages=[5], perm='r')}
-copy chan=2 ctx=1 src=0x100 dst=0x4f80 row_bytes=0x40 rows=4 src_stride=0x40 dst_stride=0x40
+copy chan=2 ctx=1 src=0x100 dst=0x4f80 row_bytes=0x40 rows=4 src_stride=0x40 dst_stride=0x40 tag=0
 halt"""
     s, r = run([prog])
     m0 = mems()[0]
@@ -230,15 +230,15 @@ def test_fault_causes_no_read_remote_read_out_of_range():
     a = ArchParams(devices=2, mem_bytes=13 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),
                    tlb_entries=8, contexts=2, channels=4, semaphores=2, addr_bits=20)
     prog = f"""version 1
-remap ctx=1 size=0 perm=w dev=0 va=0x0 pa=0x0
-remap ctx=1 size=0 perm=rw dev=0 va=0x1000 pa=0x1000
-remap ctx=1 size=0 perm=rw dev=1 va=0x2000 pa=0x2000
-remap ctx=1 size=1 perm=rw dev=0 va=0x10000 pa=0xc000
-remap ctx=1 size=0 perm=rw dev=0 va=0x20000 pa=0x10000
-copy chan=0 ctx=1 src=0x0 dst=0x1000 row_bytes=4 rows=1
-copy chan=1 ctx=1 src=0x2000 dst=0x1000 row_bytes=4 rows=1
-copy chan=2 ctx=1 src=0x1000 dst=0x10ff0 row_bytes=0x20 rows=1
-copy chan=3 ctx=1 src=0x20000 dst=0x1000 row_bytes=1 rows=1
+remap ctx=1 size=0 perm=w dev=0 va=0x0 pa=0x0 staged=0
+remap ctx=1 size=0 perm=rw dev=0 va=0x1000 pa=0x1000 staged=0
+remap ctx=1 size=0 perm=rw dev=1 va=0x2000 pa=0x2000 staged=0
+remap ctx=1 size=1 perm=rw dev=0 va=0x10000 pa=0xc000 staged=0
+remap ctx=1 size=0 perm=rw dev=0 va=0x20000 pa=0x10000 staged=0
+copy chan=0 ctx=1 src=0x0 dst=0x1000 row_bytes=4 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=1 src=0x2000 dst=0x1000 row_bytes=4 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=2 ctx=1 src=0x1000 dst=0x10ff0 row_bytes=0x20 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=3 ctx=1 src=0x20000 dst=0x1000 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0
 halt"""
     s, r = run([prog], arch=a)
     faults = {(f["channel"], f["va"], f["cause"]) for f in r.faults}
@@ -256,9 +256,9 @@ halt"""
 
 def test_halt_with_faulted_channel_is_fault_and_immediate_remap_does_not_check():
     prog = """version 1
-copy chan=1 ctx=0 src=0x0 dst=0x0 row_bytes=1 rows=1
-remap ctx=0 size=0 perm=rw dev=0 va=0x0 pa=0x0
-inval ctx=0 size=0 va=0x0
+copy chan=1 ctx=0 src=0x0 dst=0x0 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0
+remap ctx=0 size=0 perm=rw dev=0 va=0x0 pa=0x0 staged=0
+inval ctx=0 size=0 va=0x0 staged=0
 halt"""
     s, r = run([prog])
     assert (r.status[0], r.cause[0], r.pc[0]) == (Status.FAULT, Cause.NOT_MAPPED, 4)
@@ -269,15 +269,15 @@ halt"""
 def test_tlb_eviction_round_robin():
     a = ArchParams(devices=1, mem_bytes=16 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),
                    tlb_entries=4, contexts=2, channels=2, semaphores=1, addr_bits=20)
-    lines = [f"remap ctx=1 size=0 perm=rw dev=0 va={k * PG:#x} pa={k * PG:#x}" for k in range(4)]
-    lines.append("remap ctx=1 size=0 perm=r dev=0 va=0x2000 pa=0xf000")   # overwrite in place (entry 2)
-    lines.append("inval ctx=1 size=0 va=0x1000")                          # frees entry 1
-    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0x8000 pa=0x8000")  # -> entry 1 (lowest invalid)
-    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0x9000 pa=0x9000")  # evicts entry 0 (victim 0->1)
-    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0xa000 pa=0xa000")  # evicts entry 1 (victim 1->2)
+    lines = [f"remap ctx=1 size=0 perm=rw dev=0 va={k * PG:#x} pa={k * PG:#x} staged=0" for k in range(4)]
+    lines.append("remap ctx=1 size=0 perm=r dev=0 va=0x2000 pa=0xf000 staged=0")   # overwrite in place (entry 2)
+    lines.append("inval ctx=1 size=0 va=0x1000 staged=0")                          # frees entry 1
+    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0x8000 pa=0x8000 staged=0")  # -> entry 1 (lowest invalid)
+    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0x9000 pa=0x9000 staged=0")  # evicts entry 0 (victim 0->1)
+    lines.append("remap ctx=1 size=0 perm=rw dev=0 va=0xa000 pa=0xa000 staged=0")  # evicts entry 1 (victim 1->2)
     prog = "version 1\n" + "\n".join(lines) + """
-copy chan=1 ctx=1 src=0x3000 dst=0xa000 row_bytes=8 rows=1
-copy chan=0 ctx=1 src=0x0 dst=0x9000 row_bytes=8 rows=1
+copy chan=1 ctx=1 src=0x3000 dst=0xa000 row_bytes=8 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=0 ctx=1 src=0x0 dst=0x9000 row_bytes=8 rows=1 tag=0 src_stride=0 dst_stride=0
 halt"""
     s, r = run([prog], arch=a)
     assert [(e["index"], e["va"], e["pa"], e["perm"]) for e in r.tlb[0]] == [
@@ -291,7 +291,7 @@ halt"""
 
 def test_tlb_fill_plus_one_evicts_first_placed():
     n = ARCH.tlb_entries
-    lines = [f"remap ctx=1 size=0 perm=rw dev=0 va={k * PG:#x} pa={k % 16 * PG:#x}" for k in range(n + 1)]
+    lines = [f"remap ctx=1 size=0 perm=rw dev=0 va={k * PG:#x} pa={k % 16 * PG:#x} staged=0" for k in range(n + 1)]
     prog = "version 1\n" + "\n".join(lines) + "\nhalt"
     s, r = run([prog])
     assert [e["va"] for e in r.tlb[0]] == [n * PG] + [k * PG for k in range(1, n)]
@@ -304,12 +304,12 @@ def test_tlb_fill_plus_one_evicts_first_placed():
 def test_staged_remap_invisible_until_commit():
     base = f"""version 1
 {ident(ctx=1, pages=[0, 1])}
-remap ctx=2 size=0 perm=r dev=0 va=0x0 pa=0x3000
+remap ctx=2 size=0 perm=r dev=0 va=0x0 pa=0x3000 staged=0
 remap ctx=2 size=0 perm=r dev=0 va=0x1000 pa=0x4000 staged=1
 remap ctx=2 size=1 perm=rw dev=1 va=0x10000 pa=0x8000 staged=1
 """
     # before COMMIT: staged page not visible, active page is
-    s, r = run([base + "copy chan=0 ctx=2 src=0x1000 dst=0x0 row_bytes=1 rows=1\nfence\nhalt"])
+    s, r = run([base + "copy chan=0 ctx=2 src=0x1000 dst=0x0 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0\nfence mask=0\nhalt"])
     assert r.faults[0]["va"] == 0x1000 and r.faults[0]["cause"] == "NOT_MAPPED"
     assert s.read_virtual(0, 2, 0, 4) == mems()[0][0x3000:0x3004]
     with pytest.raises(TranslationError):
@@ -329,14 +329,15 @@ remap ctx=2 size=1 perm=rw dev=1 va=0x10000 pa=0x8000 staged=1
 
 def test_commit_unfenced_and_what_clears_it():
     cases = {
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1\ncommit ctx=2": Cause.COMMIT_UNFENCED,
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1\nfence mask=0x1\ncommit ctx=2":
+        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0\ncommit ctx=2": Cause.COMMIT_UNFENCED,
+        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0\nfence mask=0x1\ncommit ctx=2":
             Cause.COMMIT_UNFENCED,
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1\nremap ctx=3 size=0 perm=r dev=0 va=0 pa=0\n"
+        "copy chan=1 ctx=1 tag=0 src=0 dst=0x1000 row_bytes=1 rows=1 src_stride=0 dst_stride=0\n"
+        "remap ctx=3 size=0 perm=r staged=0 dev=0 va=0 pa=0\n"
         "commit ctx=2": Cause.COMMIT_UNFENCED,
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1\nfence mask=0x2\ncommit ctx=2": None,
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1\nfence\ncommit ctx=2": None,
-        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=0 rows=1\ncommit ctx=2": Cause.COMMIT_UNFENCED,
+        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0\nfence mask=0x2\ncommit ctx=2": None,
+        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=1 rows=1 tag=0 src_stride=0 dst_stride=0\nfence mask=0\ncommit ctx=2": None,
+        "copy chan=1 ctx=1 src=0 dst=0x1000 row_bytes=0 rows=1 tag=0 src_stride=0 dst_stride=0\ncommit ctx=2": Cause.COMMIT_UNFENCED,
         "commit ctx=2": None,
     }
     for body, cause in cases.items():
@@ -354,9 +355,9 @@ def test_commit_unfenced_and_what_clears_it():
 
 def test_commit_after_fault_commits_nothing():
     head = f"version 1\n{ident(pages=[0])}\nremap ctx=2 size=0 perm=r dev=0 va=0 pa=0x5000 staged=1\n" \
-           "copy chan=0 ctx=1 src=0xff0 dst=0x0 row_bytes=0x20 rows=1\n"
+           "copy chan=0 ctx=1 src=0xff0 dst=0x0 row_bytes=0x20 rows=1 tag=0 src_stride=0 dst_stride=0\n"
     for tail, status, cause in [("commit ctx=2\nhalt", Status.ILLEGAL, Cause.COMMIT_UNFENCED),
-                                ("fence\ncommit ctx=2\nhalt", Status.FAULT, Cause.NOT_MAPPED)]:
+                                ("fence mask=0\ncommit ctx=2\nhalt", Status.FAULT, Cause.NOT_MAPPED)]:
         s, r = run([head + tail])
         assert (r.status[0], r.cause[0]) == (status, cause)
         assert any(e["ctx"] == 2 and e["staged"] == 1 for e in r.tlb[0])
@@ -368,8 +369,8 @@ def test_commit_after_fault_commits_nothing():
 def test_inval_and_read_virtual_errors():
     prog = f"""version 1
 {ident(pages=[0, 1])}
-inval ctx=1 size=0 va=0x1000
-inval ctx=1 size=1 va=0x0
+inval ctx=1 size=0 va=0x1000 staged=0
+inval ctx=1 size=1 va=0x0 staged=0
 inval ctx=1 size=0 staged=1 va=0x0
 halt"""
     s, r = run([prog])
@@ -382,18 +383,18 @@ halt"""
 def test_signal_wait_chain_across_three_devices():
     p0 = f"""version 1
 {ident(ctx=0, pages=[0], perm='r')}
-remap ctx=0 size=0 perm=w dev=1 va=0x10000 pa=0x2000
-copy chan=0 ctx=0 src=0x100 dst=0x10100 row_bytes=0x80 rows=1
-fence
+remap ctx=0 size=0 perm=w dev=1 va=0x10000 pa=0x2000 staged=0
+copy chan=0 ctx=0 src=0x100 dst=0x10100 row_bytes=0x80 rows=1 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 signal dev=1 sem=2
 wait sem=0 count=2
 halt"""
     p1 = f"""version 1
 wait sem=2 count=1
-remap ctx=0 size=0 perm=r dev=1 va=0x0 pa=0x2000
-remap ctx=0 size=0 perm=w dev=2 va=0x1000 pa=0x7000
-copy chan=3 ctx=0 src=0x100 dst=0x1000 row_bytes=0x80 rows=1
-fence
+remap ctx=0 size=0 perm=r dev=1 va=0x0 pa=0x2000 staged=0
+remap ctx=0 size=0 perm=w dev=2 va=0x1000 pa=0x7000 staged=0
+copy chan=3 ctx=0 src=0x100 dst=0x1000 row_bytes=0x80 rows=1 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 signal dev=2 sem=1
 signal dev=0 sem=0
 halt"""

@@ -79,11 +79,11 @@ def test_regmap_command_check(tmp_path):
 PROGRAM = """version 1
 remap ctx=0 size=3 perm=rw staged=0 dev=0 va=0x0 pa=0x0
 remap ctx=1 size=0 perm=r staged=1 dev=0 va=0x0 pa=0x100
-copy chan=0 ctx=0 src=0x0 dst=0x800 row_bytes=0x300 rows=1
-copy chan=1 ctx=0 src=0x10 dst=0x700 row_bytes=0x40 rows=1
-fence
+copy chan=0 ctx=0 src=0x0 dst=0x800 row_bytes=0x300 rows=1 tag=0 src_stride=0 dst_stride=0
+copy chan=1 ctx=0 src=0x10 dst=0x700 row_bytes=0x40 rows=1 tag=0 src_stride=0 dst_stride=0
+fence mask=0
 commit ctx=1
-copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=0x10 rows=1   ; va 0x100 unmapped in ctx 1
+copy chan=1 ctx=1 src=0x0 dst=0x100 row_bytes=0x10 rows=1 tag=0 src_stride=0 dst_stride=0   ; va 0x100 unmapped in ctx 1
 halt
 """
 

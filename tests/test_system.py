@@ -78,10 +78,10 @@ def _compiler_like(fault: bool):
                  f"remap ctx=0 size=1 perm=w staged=0 dev={o} va={0x4000 + o * 0x1000:#x} pa=0x1800",
                  # the new rollout mapping, staged
                  f"remap ctx=1 size=1 perm=r staged=1 dev={d} va=0x0 pa=0x1800",
-                 f"copy chan=0 ctx=0 src=0x0 dst={0x4000 + d * 0x1000:#x} row_bytes=0x180 rows=1",
-                 f"copy chan=1 ctx=0 src=0x1c0 dst={0x4000 + o * 0x1000 + 0x200:#x} row_bytes=0x30 "
+                 f"copy chan=0 ctx=0 src=0x0 dst={0x4000 + d * 0x1000:#x} row_bytes=0x180 rows=1 tag=0 src_stride=0 dst_stride=0",
+                 f"copy chan=1 ctx=0 src=0x1c0 dst={0x4000 + o * 0x1000 + 0x200:#x} row_bytes=0x30 tag=0 "
                  f"rows=8 src_stride=0x40 dst_stride=0x30",
-                 "fence",
+                 "fence mask=0",
                  f"signal dev={o} sem=0",
                  "wait sem=0 count=1",
                  "commit ctx=1",
