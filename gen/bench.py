@@ -6,8 +6,9 @@ and MMU in simulation and, with the YoWASP tools, on an ECP5; ``system``
 (:mod:`gen.bench_system`) runs tiny-qwen2 reshards on the RTL; ``verilator``
 (:mod:`gen.bench_verilator`) compares the two simulators; ``fpga``
 (:mod:`gen.bench_fpga`) runs the full board builds and the out-of-context
-blocks, each under a time limit. Figures are measured on every run, never
-stored.
+blocks, each under a time limit; ``loop`` (:mod:`gen.bench_loop`) times two
+iterations of the closed loop against its budget. Figures are measured on
+every run, never stored.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from model.errors import InputError
 # Each optional section is a module of gen with run_benchmarks() -> dict (the block
 # benchmarks drive the blocks with the shared simulation kit, gen/simkit.py, as the tests do).
 _OPTIONAL = {"blocks": "gen.bench_blocks", "system": "gen.bench_system",
-             "verilator": "gen.bench_verilator", "fpga": "gen.bench_fpga"}
+             "verilator": "gen.bench_verilator", "fpga": "gen.bench_fpga", "loop": "gen.bench_loop"}
 
 
 def _sections() -> tuple[str, ...]:
