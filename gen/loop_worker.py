@@ -20,13 +20,12 @@ the rollout still generates with the weights it kept.
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
 import time
 
-from model.ranks import Progress, init_gloo, worker_failed
+from model.ranks import Progress, init_gloo, worker_main, worker_parser
 
 
 def _sampling_seed(seed: int, iteration: int) -> int:
@@ -174,26 +173,17 @@ def run_worker(a) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gen.loop_worker")
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--model-dir", required=True)
+    p = worker_parser("python -m gen.loop_worker")
     p.add_argument("--model", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--engine", required=True)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault", default="")
     p.add_argument("--modes", default="reference,hardware")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--rollout-n", type=int, default=2)
-    a = p.parse_args(argv)
-    try:
-        return run_worker(a)
-    except BaseException as e:  # noqa: BLE001 - report anything, one line
-        worker_failed(a.workdir, a.rank, e)
+    return worker_main(p, run_worker, argv)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ to ``progress``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import threading
 import time
 
-from model.ranks import Progress, init_gloo, worker_failed
+from model.ranks import Progress, init_gloo, worker_main, worker_parser
 
 PHASES = ("init", "export", "forward", "backward", "optimizer")
 FAULT_ENV = "RESHARDIP_CAPTURE_FAULT"  # "<rank>:<phase>": raise there (tests)
@@ -804,20 +803,11 @@ def run_worker(a) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.capture_worker")
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
+    p = worker_parser("python -m model.capture_worker")
     p.add_argument("--strategy", choices=("fsdp", "fsdp2"), required=True)
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bucket-mb", type=int, default=2048)
     p.add_argument("--record-data", action="store_true")
-    a = p.parse_args(argv)
-    try:
-        return run_worker(a)
-    except BaseException as e:  # noqa: BLE001 - report anything, one line
-        worker_failed(a.workdir, a.rank, e)
+    return worker_main(p, run_worker, argv)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,28 @@ def init_gloo(workdir, rank: int, world: int) -> None:
                             rank=rank, world_size=world)
 
 
+def worker_parser(prog: str):
+    """The argument parser of a rank worker, with the arguments :func:`run_ranks` passes
+    (``--rank``, ``--world``) and the work directory every worker reports into."""
+    import argparse
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def worker_main(parser, run, argv=None) -> int:
+    """Parse, then ``run(args)``; any exception becomes this rank's one-line error."""
+    a = parser.parse_args(argv)
+    try:
+        return run(a)
+    except BaseException as e:  # noqa: BLE001 - report anything, one line
+        worker_failed(a.workdir, a.rank, e)
+
+
 def worker_failed(workdir, rank: int, exc: BaseException) -> None:
     """Report ``exc`` as this rank's one-line error and leave at once.
 
