@@ -58,43 +58,6 @@ class IdentityTranslator(wiring.Component):
         super().__init__({"req": In(stream.Signature(translate_request(arch, 0))),
                           "rsp": Out(stream.Signature(translate_response(arch, 0)))})
 
-    @staticmethod
-    def _share_memory(m, dma, rd, wr, dma_owns):
-        """The memory ports: the DMA's while it copies, the sequencer's otherwise."""
-        seq_rd = stream.Signature(rd.req.payload.shape()).create(path=("seq_rd",))
-        seq_wr = stream.Signature(wr.payload.shape()).create(path=("seq_wr",))
-        with m.If(dma_owns):
-            m.d.comb += [rd.req.valid.eq(dma.rd.req.valid), rd.req.p.eq(dma.rd.req.p),
-                         dma.rd.req.ready.eq(rd.req.ready), dma.rd.rsp.valid.eq(rd.rsp.valid),
-                         dma.rd.rsp.p.eq(rd.rsp.p), rd.rsp.ready.eq(dma.rd.rsp.ready),
-                         wr.valid.eq(dma.wr.valid), wr.p.addr.eq(dma.wr.p.addr),
-                         wr.p.data.eq(dma.wr.p.data), wr.p.be.eq(dma.wr.p.be),
-                         dma.wr.ready.eq(wr.ready)]
-        with m.Else():
-            m.d.comb += [rd.req.valid.eq(seq_rd.valid), rd.req.p.eq(seq_rd.p),
-                         seq_rd.ready.eq(rd.req.ready), rd.rsp.ready.eq(1),
-                         wr.valid.eq(seq_wr.valid), wr.p.eq(seq_wr.p), seq_wr.ready.eq(wr.ready)]
-        # every accepted write beat is acknowledged at once (the memory is local)
-        m.d.comb += [dma.wr_ack.valid.eq(dma.wr.valid & dma.wr.ready & dma_owns),
-                     dma.wr_ack.p.eq(dma.wr.p.chan)]
-        return seq_rd, seq_wr
-
-    def _completion(self, m, dma):
-        """``completed``: every channel has finished its descriptors since the run began,
-        and the ``done_count`` bases the sequencer captures when a run starts."""
-        # ``done_count`` wraps and is never cleared: a run is complete when each
-        # channel has counted its descriptors since the run began (a rerun's
-        # counts start where the previous run's ended)
-        completed = Signal()
-        m.d.comb += completed.eq(1)
-        base = [Signal(DONE_COUNT_BITS, name=f"done_base{c}") for c in range(self._arch.channels)]
-        for c, n in enumerate(self._per_channel):
-            ran = Signal(DONE_COUNT_BITS, name=f"done_ran{c}")
-            m.d.comb += ran.eq(dma.status[c].done_count - base[c])
-            with m.If(dma.status[c].busy | (ran != n % (1 << DONE_COUNT_BITS))):
-                m.d.comb += completed.eq(0)
-        return completed, base
-
     def elaborate(self, platform):
         m = Module()
         # a register stage: no combinational path from request to response
@@ -165,6 +128,43 @@ class DmaSelfTest(wiring.Component):
         self.uart = UartTx(uart_divisor)
         super().__init__({"rerun": In(1), "led_pass": Out(1), "led_fail": Out(1),
                           "tx": Out(1, init=1)})
+
+    @staticmethod
+    def _share_memory(m, dma, rd, wr, dma_owns):
+        """The memory ports: the DMA's while it copies, the sequencer's otherwise."""
+        seq_rd = stream.Signature(rd.req.payload.shape()).create(path=("seq_rd",))
+        seq_wr = stream.Signature(wr.payload.shape()).create(path=("seq_wr",))
+        with m.If(dma_owns):
+            m.d.comb += [rd.req.valid.eq(dma.rd.req.valid), rd.req.p.eq(dma.rd.req.p),
+                         dma.rd.req.ready.eq(rd.req.ready), dma.rd.rsp.valid.eq(rd.rsp.valid),
+                         dma.rd.rsp.p.eq(rd.rsp.p), rd.rsp.ready.eq(dma.rd.rsp.ready),
+                         wr.valid.eq(dma.wr.valid), wr.p.addr.eq(dma.wr.p.addr),
+                         wr.p.data.eq(dma.wr.p.data), wr.p.be.eq(dma.wr.p.be),
+                         dma.wr.ready.eq(wr.ready)]
+        with m.Else():
+            m.d.comb += [rd.req.valid.eq(seq_rd.valid), rd.req.p.eq(seq_rd.p),
+                         seq_rd.ready.eq(rd.req.ready), rd.rsp.ready.eq(1),
+                         wr.valid.eq(seq_wr.valid), wr.p.eq(seq_wr.p), seq_wr.ready.eq(wr.ready)]
+        # every accepted write beat is acknowledged at once (the memory is local)
+        m.d.comb += [dma.wr_ack.valid.eq(dma.wr.valid & dma.wr.ready & dma_owns),
+                     dma.wr_ack.p.eq(dma.wr.p.chan)]
+        return seq_rd, seq_wr
+
+    def _completion(self, m, dma):
+        """``completed``: every channel has finished its descriptors since the run began,
+        and the ``done_count`` bases the sequencer captures when a run starts."""
+        # ``done_count`` wraps and is never cleared: a run is complete when each
+        # channel has counted its descriptors since the run began (a rerun's
+        # counts start where the previous run's ended)
+        completed = Signal()
+        m.d.comb += completed.eq(1)
+        base = [Signal(DONE_COUNT_BITS, name=f"done_base{c}") for c in range(self._arch.channels)]
+        for c, n in enumerate(self._per_channel):
+            ran = Signal(DONE_COUNT_BITS, name=f"done_ran{c}")
+            m.d.comb += ran.eq(dma.status[c].done_count - base[c])
+            with m.If(dma.status[c].busy | (ran != n % (1 << DONE_COUNT_BITS))):
+                m.d.comb += completed.eq(0)
+        return completed, base
 
     def elaborate(self, platform):
         m = Module()
