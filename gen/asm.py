@@ -4,7 +4,8 @@ Assembly syntax
 ---------------
 One instruction per line; ``;`` starts a comment to the end of the line;
 blank lines are ignored. A line is a lower-case mnemonic (the ``Op`` name in
-lower case: ``version copy fence remap inval signal wait commit halt``)
+lower case: ``version copy fence remap inval signal wait commit halt
+copy_add_f32 copy_add_bf16``)
 followed by ``key=value`` operands, separated by blanks, in any order. The
 keys are the field names of ``hw.isa.FORMATS``; every field must be given (a
 missing one is an error naming it, never a silent 0).
@@ -41,14 +42,16 @@ addresses (``src dst va pa``), strides and ``mask`` in hex, ``perm`` as
 
 Errors name the file, line and column (1-based) of the offending text:
 ``prog.s:3:12: unknown field 'foo' for copy``; they are ``InputError``.
-A program whose first instruction is ``version N`` with N != ISA_VERSION is
-refused unless ``allow_version_mismatch=True``.
+A program whose first instruction is ``version N`` with N not in
+``SUPPORTED_VERSIONS`` is refused, and so is an instruction newer than the
+version the program declares (``copy_add_f32`` in a ``version 1`` program),
+unless ``allow_version_mismatch=True``.
 """
 from __future__ import annotations
 
 import re
 
-from hw.isa import FORMATS, ISA_VERSION, WORD_BITS, Op, decode
+from hw.isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS, Op, decode
 from model.errors import InputError
 
 __all__ = ["assemble", "disassemble", "disassemble_word", "MNEMONICS",
@@ -132,6 +135,10 @@ def assemble(text: str, filename: str = "<input>", *,
             example = " ".join(f"{k}=0" for k in missing)
             raise err(mcol, f"{mnem} is missing field(s) {', '.join(missing)} (every field must be given, "
                             f"e.g. {example})")
+        if (first_version is not None and OP_SINCE.get(op, 0) > first_version[0]
+                and not allow_version_mismatch):
+            raise err(mcol, f"{mnem} needs ISA version {OP_SINCE[op]}; the program declares "
+                            f"version {first_version[0]}")
         word = int(op)
         for key, v in values.items():
             word |= v << fmt[key].lsb
@@ -139,11 +146,12 @@ def assemble(text: str, filename: str = "<input>", *,
             first_version = (values.get("version", 0), lineno, mcol)
         words.append(word)
 
-    if first_version is not None and first_version[0] != ISA_VERSION and not allow_version_mismatch:
+    if (first_version is not None and first_version[0] not in SUPPORTED_VERSIONS
+            and not allow_version_mismatch):
         v, lineno, col = first_version
-        raise InputError(f"{filename}:{lineno}:{col}: program is for ISA version {v}, this is "
-                         f"version {ISA_VERSION} (use --allow-version-mismatch to assemble it "
-                         f"anyway)")
+        raise InputError(f"{filename}:{lineno}:{col}: program is for ISA version {v}, this "
+                         f"hardware runs versions {', '.join(map(str, SUPPORTED_VERSIONS))} (use "
+                         f"--allow-version-mismatch to assemble it anyway)")
     return words
 
 

@@ -44,8 +44,9 @@ files of {bits}-bit words (`gen/hexfile.py`).
   opcode, a reserved bit set) prints as `.word 0x` and {digits} hex digits.
   `asm(disasm(words)) == words` for every word.
 - Errors name file, line and column: `prog.s:3:12: unknown field 'foo' for
-  copy`. A program whose first instruction is `version N` with N other than
-  this ISA's version is refused unless `--allow-version-mismatch` is given.
+  copy`. A program whose first instruction is `version N` with N not a version
+  this hardware runs, or an instruction newer than the declared version, is
+  refused unless `--allow-version-mismatch` is given.
 
 ```
 version {version}

@@ -17,7 +17,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-ISA_VERSION = 1
+ISA_VERSION = 2
+#: The ISA versions this hardware generation runs: a program's first
+#: instruction, VERSION, names one of them (anything else is VERSION_MISMATCH).
+SUPPORTED_VERSIONS = (1, 2)
 WORD_BITS = 256
 WORD_BYTES = WORD_BITS // 8
 VA_BITS = 48          # address fields in the word; hardware may implement fewer
@@ -35,6 +38,8 @@ class Op(enum.IntEnum):
     WAIT = 0x07
     COMMIT = 0x08
     HALT = 0x09
+    COPY_ADD_F32 = 0x0A     # ISA v2: COPY whose destination write adds, f32 lanes
+    COPY_ADD_BF16 = 0x0B    # ISA v2: the same with bf16 lanes
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,20 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
     Op.COMMIT: (Field("ctx", 8, 4),),
     Op.HALT: (),
 }
+# The reduce-on-write copies have COPY's format exactly: the opcode names the
+# element type, so no field is narrowed and descriptors stay one layout.
+FORMATS[Op.COPY_ADD_F32] = FORMATS[Op.COPY]
+FORMATS[Op.COPY_ADD_BF16] = FORMATS[Op.COPY]
+
+#: The first ISA version that has each opcode (the others are in every
+#: version). In a program that declared an earlier version the opcode is
+#: ``BAD_OPCODE``, so v1 programs mean on v2 hardware what they always meant.
+OP_SINCE: dict[Op, int] = {Op.COPY_ADD_F32: 2, Op.COPY_ADD_BF16: 2}
+
+#: The copies that reduce, with their element size in bytes: ``dst``,
+#: ``row_bytes`` and ``dst_stride`` must be multiples of it (``MISALIGNED``).
+ELEMENT_BYTES: dict[Op, int] = {Op.COPY_ADD_F32: 4, Op.COPY_ADD_BF16: 2}
+COPY_OPS = (Op.COPY, Op.COPY_ADD_F32, Op.COPY_ADD_BF16)
 
 PERM_R = 1
 PERM_W = 2
@@ -240,10 +259,15 @@ def word_to_hex(word: int) -> str:
 
 OP_DOCS: dict[Op, str] = {
     Op.VERSION: """\
-Must be the first instruction of every program. If `version` is not the
-hardware's ISA version (register `ISA_VERSION`), the program stops with
-`ILLEGAL`/`VERSION_MISMATCH`. A program whose first word is not `VERSION`
-stops with `ILLEGAL`/`VERSION_MISMATCH` too.""",
+Must be the first instruction of every program; `version` is the ISA version
+the program is written for. This hardware generation runs versions 1 and 2
+(register `ISA_VERSION` reads the newest, 2); any other `version` stops the
+program with `ILLEGAL`/`VERSION_MISMATCH`, and so does a program whose first
+word is not `VERSION`. A program that declares version 1 means exactly what
+it meant on version-1 hardware: the opcodes added in version 2
+(`COPY_ADD_F32`, `COPY_ADD_BF16`) are `ILLEGAL`/`BAD_OPCODE` in it. A later
+`VERSION` in a program is a no-op if it names the program's version, else
+`VERSION_MISMATCH`.""",
     Op.COPY: """\
 Issues a 2-D copy on channel `chan`, translated in context `ctx` of the local
 MMU: for row i in 0..rows-1, `row_bytes` bytes from virtual
@@ -263,6 +287,26 @@ unspecified results (the compiler never emits them). Copies on different
 channels may complete in any order; a later descriptor on a channel starts
 after the earlier ones on that channel. `tag` is reported back in the
 channel's status when the copy completes.""",
+    Op.COPY_ADD_F32: """\
+ISA v2. A COPY (same fields, translation, faults, ordering and completion)
+whose destination write is a read-add-write: each little-endian f32 element
+of the destination becomes the IEEE 754 binary32 sum of its old value and the
+source's element at the same position, rounded to nearest, ties to even.
+Subnormal inputs and results are kept (no flush to zero); an infinity plus a
+finite number is that infinity, `+inf + -inf` is NaN, and every NaN result is
+the canonical quiet NaN `0x7FC00000` (a NaN's payload is not kept). The add
+happens at the destination device's memory, so a remote reduction crosses the
+network once. `dst`, `row_bytes` and `dst_stride` must be multiples of 4
+(`ILLEGAL`/`MISALIGNED`); `src` may have any alignment. Elements a copy adds
+into twice (for example `dst_stride = 0`) are summed in the copy's byte order.
+Two copies that add into the same element with nothing ordering them (a FENCE
+and, across devices, a SIGNAL/WAIT) are summed in an unspecified order, so
+the result may differ in the last bits; the compiler never emits them.""",
+    Op.COPY_ADD_BF16: """\
+ISA v2. As `COPY_ADD_F32`, with bfloat16 elements (2 bytes: f32's sign and
+exponent, 7 fraction bits): each sum is the exact sum rounded once to bf16,
+nearest, ties to even; the canonical NaN is `0x7FC0`. `dst`, `row_bytes` and
+`dst_stride` must be multiples of 2.""",
     Op.FENCE: """\
 Waits until every earlier COPY on the channels in `mask` (0: all channels)
 has completed, its bytes visible at the destination device. If one of those
@@ -330,12 +374,12 @@ CAUSE_DOCS: dict[Cause, str] = {
     Cause.NO_WRITE: "translation: the destination page has no write permission",
     Cause.REMOTE_READ: "translation: the source page maps to another device",
     Cause.OUT_OF_RANGE: "translation: the physical address is at or beyond `mem_bytes`",
-    Cause.BAD_OPCODE: "unknown opcode, or the all-zero word",
+    Cause.BAD_OPCODE: "unknown opcode, the all-zero word, or an opcode newer than the program's version",
     Cause.RESERVED_BITS: "a bit outside the opcode's fields is set",
     Cause.BAD_CHANNEL: "`chan` >= `channels`",
     Cause.BAD_CONTEXT: "`ctx` >= `contexts`",
-    Cause.MISALIGNED: "`va` or `pa` not aligned to the page size",
-    Cause.VERSION_MISMATCH: "first instruction not VERSION, or another ISA version",
+    Cause.MISALIGNED: "`va` or `pa` not aligned to the page size; a reduce copy's `dst`, `row_bytes` or `dst_stride` not a multiple of its element",
+    Cause.VERSION_MISMATCH: "first instruction not VERSION, or a version this hardware does not run",
     Cause.COMMIT_UNFENCED: "COMMIT after a COPY that no FENCE covered",
     Cause.BAD_DEVICE: "`dev` >= `devices`",
     Cause.BAD_SEMAPHORE: "`sem` >= `semaphores`",

@@ -1,6 +1,6 @@
 """Golden model: the executable definition of the reshard coprocessor ISA.
 
-A numpy interpreter of ISA v1 (``hw/isa.py``, ``docs/isa.md``) over D device
+A numpy interpreter of ISA v2 (and of v1 programs; ``hw/isa.py``, ``docs/isa.md``) over D device
 memories. The Amaranth simulation, the Verilog run and the FPGA must agree
 with it bit for bit on final memories, statuses and fault records.
 
@@ -16,6 +16,8 @@ Execution model
   of the copy was written (so even overlapping copies, which the ISA leaves
   unspecified, have one deterministic result here: that of a forward byte
   loop).
+* A reduce copy (``COPY_ADD_F32``/``COPY_ADD_BF16``) is the same byte stream,
+  each piece written as old + new element by element (``model/fpadd.py``).
 * Translation of one byte, source side first: no valid non-staged entry of
   the context contains the address -> ``NOT_MAPPED``; missing permission ->
   ``NO_READ``/``NO_WRITE``; source entry naming another device ->
@@ -36,8 +38,12 @@ Execution model
   unknown/zero opcode is ``BAD_OPCODE``. Then reserved bits, then the fields
   in table order; for an address field, ``ADDRESS_WIDTH`` before
   ``MISALIGNED``. ``INVAL`` requires an aligned ``va`` too (``MISALIGNED``).
-  A ``VERSION`` later in the program is a no-op if its version matches, else
-  ``VERSION_MISMATCH``. ``COMMIT``: ``BAD_CONTEXT``, then
+  A ``VERSION`` must name a supported version (``SUPPORTED_VERSIONS``), which
+  becomes the program's; a later ``VERSION`` is a no-op if it names the
+  program's version, else ``VERSION_MISMATCH``. An opcode newer than the
+  program's version (``OP_SINCE``) is ``BAD_OPCODE``, before the reserved
+  bits. A reduce copy checks COPY's fields, then ``dst``, ``row_bytes``,
+  ``dst_stride`` against its element size (``MISALIGNED``). ``COMMIT``: ``BAD_CONTEXT``, then
   ``COMMIT_UNFENCED``, then ``FAULT``. Bits of a FENCE mask at or above
   ``channels`` are ignored.
 * The program is loaded into ``imem_words`` words of instruction memory, the
@@ -57,8 +63,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.isa import (ISA_VERSION, PERM_R, PERM_W, WORD_BITS, ArchParams, Cause, Decoded, Op,
-                    Status, decode)
+from hw.isa import (COPY_OPS, ELEMENT_BYTES, OP_SINCE, PERM_R, PERM_W, SUPPORTED_VERSIONS,
+                   WORD_BITS, ArchParams, Cause, Decoded, Op, Status, decode)
+
+from .fpadd import add_bytes
 
 __all__ = ["GoldenSystem", "GoldenResult", "TranslationError", "run_golden"]
 
@@ -125,6 +133,7 @@ class _Device:
         words = list(program) + [0] * (arch.imem_words - len(program))
         self.imem: list[Decoded] = [decode(w) for w in words]
         self.pc = 0
+        self.version = 0          # the program's ISA version, once its VERSION ran
         self.status = Status.RUNNING
         self.cause = Cause.NONE
         self.tlb = [_Entry() for _ in range(arch.tlb_entries)]
@@ -275,19 +284,26 @@ class GoldenSystem:
             raise _Stop(Status.ILLEGAL, Cause.VERSION_MISMATCH)
         if op is None or op is Op.ILLEGAL:
             raise _Stop(Status.ILLEGAL, Cause.BAD_OPCODE)
+        if OP_SINCE.get(op, 0) > dev.version:
+            raise _Stop(Status.ILLEGAL, Cause.BAD_OPCODE)
         if not dec.reserved_ok:
             raise _Stop(Status.ILLEGAL, Cause.RESERVED_BITS)
         f = dec.fields
         if op is Op.VERSION:
-            if f["version"] != ISA_VERSION:
+            if f["version"] not in SUPPORTED_VERSIONS or dev.version not in (0, f["version"]):
                 raise _Stop(Status.ILLEGAL, Cause.VERSION_MISMATCH)
-        elif op is Op.COPY:
+            dev.version = f["version"]
+        elif op in COPY_OPS:
             chan = f["chan"]
             if chan >= arch.channels:
                 raise _Stop(Status.ILLEGAL, Cause.BAD_CHANNEL)
             self._check_ctx(f["ctx"])
             self._check_addr(f["src"], None)
             self._check_addr(f["dst"], None)
+            elem = ELEMENT_BYTES.get(op)
+            if elem and any(f[k] % elem for k in ("dst", "row_bytes", "dst_stride")):
+                raise _Stop(Status.ILLEGAL, Cause.MISALIGNED)
+            f = dict(f, element=elem or 0)
             dev.descriptors += 1
             dev.unfenced[chan] = True
             if dev.chan_fault[chan] is None:
@@ -413,7 +429,7 @@ class GoldenSystem:
         if rows == 0 or rb == 0:
             return
         if rows >= 8 and rb <= 2 * self._pages[0] and rows * rb <= 1 << 20 \
-                and self._copy_vector(dev, f):
+                and not f["element"] and self._copy_vector(dev, f):
             return
         self._copy_scalar(dev, chan, f)
 
@@ -459,7 +475,10 @@ class GoldenSystem:
                     return self._fault(dev, chan, ctx, tv, Cause.OUT_OF_RANGE)
                 n = min(n, run, mem_bytes - tpa)
                 dmem = mems[edev]
-                if edev == local and spa < tpa < spa + n:
+                if f["element"]:
+                    dmem[tpa:tpa + n] = add_bytes(dmem[tpa:tpa + n], smem[spa:spa + n],
+                                                  f["element"])
+                elif edev == local and spa < tpa < spa + n:
                     # forward byte loop over an overlap: the first (tpa-spa) bytes repeat
                     dmem[tpa:tpa + n] = np.resize(smem[spa:tpa].copy(), n)
                 else:

@@ -1,4 +1,5 @@
-"""numpy reference for the reduction datapath's tests (hw/reduce), on bit patterns.
+"""numpy reference for the reduction datapath's tests (hw/reduce), on bit patterns:
+the golden model's arithmetic (model/fpadd.py) plus edge values and checks.
 
 Never the code under test: f32 sums are numpy's (IEEE 754 binary32, round to
 nearest even, subnormals kept). numpy has no bfloat16; the correctly rounded
@@ -13,37 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-F32_QNAN = 0x7FC00000
-BF16_QNAN = 0x7FC0
+from model.fpadd import BF16_QNAN, F32_QNAN, bf16_add, f32_add
+
 WIDTH = {"f32": 32, "bf16": 16}
 QNAN = {"f32": F32_QNAN, "bf16": BF16_QNAN}
-
-
-def f32_add(a, b):
-    """Bit patterns of float32(a) + float32(b), elementwise (uint32 arrays in and out)."""
-    a = np.asarray(a, dtype=np.uint32).view(np.float32)
-    b = np.asarray(b, dtype=np.uint32).view(np.float32)
-    with np.errstate(all="ignore"):
-        return (a + b).view(np.uint32)
-
-
-def round_to_bf16_rne(x):
-    """uint32 f32 bit patterns rounded to the nearest bf16, ties to even
-    (uint16 bit patterns). Carries run into the exponent (so the largest
-    values round to infinity); a NaN becomes the quiet NaN 0x7FC0 (adding
-    to a NaN's fraction could wrap it to an infinity)."""
-    x = np.asarray(x, dtype=np.uint32).astype(np.uint64)
-    nan = ((x >> 23) & 0xFF == 0xFF) & (x & 0x7FFFFF != 0)
-    lsb = (x >> 16) & 1
-    rounded = ((x + 0x7FFF + lsb) >> 16) & 0xFFFF
-    return np.where(nan, BF16_QNAN, rounded).astype(np.uint16)
-
-
-def bf16_add(a, b):
-    """Bit patterns of the correctly rounded bf16 sums (uint16 arrays in and out)."""
-    a = np.asarray(a, dtype=np.uint32) << 16
-    b = np.asarray(b, dtype=np.uint32) << 16
-    return round_to_bf16_rne(f32_add(a, b))
 
 
 def add(fmt, a, b):
