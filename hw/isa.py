@@ -399,3 +399,20 @@ ARCH_DOCS: dict[str, str] = {
     "imem_words": "instruction-memory words per device; a program starts at word 0",
     "addr_bits": f"implemented virtual and physical address bits (at most the {VA_BITS} of the word)",
 }
+
+# ---------------------------------------------------------------- compatibility
+# Which hardware runs which programs (docs/isa.md's "Compatibility" section and
+# the manifest check of ``python -m gen run`` are generated from / read these).
+
+#: The generation of the hardware in ``hw/``. Generation 1 ran ISA v1 only;
+#: generation 2 added the reduce-on-write copies (ISA v2) and still runs v1.
+HW_GENERATION = 2
+
+#: Hardware generation -> the ISA versions it runs, oldest first.
+GENERATION_ISA: dict[int, tuple[int, ...]] = {
+    1: (1,),
+    2: (1, 2),
+}
+
+assert GENERATION_ISA[HW_GENERATION] == SUPPORTED_VERSIONS
+assert max(SUPPORTED_VERSIONS) == ISA_VERSION
