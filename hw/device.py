@@ -10,24 +10,27 @@ r"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
               |                 Coprocessor --sig--+   DMA --wr--+           |  |
               |                                    v             v           |  |
               |              NetworkPort: local beats ---------------------> w0  |
-              |                           remote beats, signals -> queues --------> net_out[j]
+              |                           remote and reduce beats, signals -> queues -> net_out[j]
    net_in --> |                           incoming writes -------------------> w1, acks -> ack_out
+              |                           incoming reduce beats -> ReduceOnWrite -> r2, w3, acks
               |                           incoming signals -> Coprocessor.sig_in
    ack_in --> |                           acks -> DMA wr_ack (local first)
               +--------------------------------------------------------------+
 
 :class:`NetworkPort` routes the DMA's write beats (local ones straight into
-memory write port 0, acknowledged in the same cycle; remote ones and SIGNALs
-through one queue per destination) and serves the network side (incoming
-beats into write port 1, acknowledged when accepted, so an ack means
-"visible"). :class:`CommitBytes` sums the local staged pages of the context a
+memory write port 0, acknowledged in the same cycle; remote ones, reduce
+beats (ISA v2) wherever they go, and SIGNALs through one queue per
+destination) and serves the network side (incoming beats into write port 1,
+acknowledged when accepted, so an ack means "visible"; incoming reduce beats
+through a read-add-write unit on read port 2 and write port 3, acknowledged
+when their sums are written). :class:`CommitBytes` sums the local staged pages of the context a
 COMMIT activates (the coprocessor's ``bytes_remapped``). The MMU's own fault
 queue is not used: the DMA's fault records (with their channel) are the ones
 the coprocessor keeps.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -39,8 +42,9 @@ from .hostport import ADDR_WIDTH, AxiLiteSignature, HostPort
 from .interconnect import NetAck, NetKind, NetRequest
 from .isa import ArchParams
 from .lib import Queue, chan_bits, check_bus_width, ctx_bits, page_bytes, sem_bits
-from .memory import BankedMemory, WritePortSignature
+from .memory import BankedMemory, ReadPortSignature, WritePortSignature
 from .mmu import MMU, TlbEntry
+from .reduce import ReduceOnWrite, ReduceOp
 
 __all__ = ["Device", "CommitBytes", "NetworkPort"]
 
@@ -89,18 +93,24 @@ class CommitBytes(wiring.Component):
 class NetworkPort(wiring.Component):
     """A device's port on the interconnect, and where its DMA's writes go.
 
-    * Outgoing: a DMA write beat for this device (``dev`` = ``local_dev``)
-      goes straight into memory (``local_w``) and is acknowledged in the
-      cycle the memory takes it; a beat for another device, and every
-      SIGNAL from the coprocessor (write beats first), goes into the queue of
-      its destination, leaving on ``net_out[dst]``. The queue to this device
-      carries only SIGNALs.
+    * Outgoing: a plain DMA write beat for this device (``dev`` =
+      ``local_dev``) goes straight into memory (``local_w``) and is
+      acknowledged in the cycle the memory takes it; a beat for another
+      device, a reduce beat (``op`` an add, ISA v2) for any device, this one
+      included, and every SIGNAL from the coprocessor (write beats first),
+      goes into the queue of its destination, leaving on ``net_out[dst]``:
+      so every reduction happens in one place, the destination's network
+      input.
     * Acks to the DMA (``wr_ack``, one a cycle): local beats first; acks of
       remote beats (``ack_in``) wait in a queue, so that a burst of local
       writes never holds up the interconnect.
-    * Incoming (``net_in``): write beats go into memory (``remote_w``) and
-      are acknowledged (``ack_out``, through a small queue) when accepted, so
-      an ack means "visible"; SIGNALs go to ``sig_in``.
+    * Incoming (``net_in``): plain write beats go into memory (``remote_w``)
+      and are acknowledged (``ack_out``, through a small queue) when
+      accepted, so an ack means "visible"; reduce beats go through a
+      :class:`~hw.reduce.ReduceOnWrite` (reading through ``reduce_rd``,
+      writing through ``reduce_w``) and are acknowledged when their sum is
+      written (that ack first, when both come in one cycle); SIGNALs go to
+      ``sig_in``.
 
     Parameters
     ----------
@@ -121,9 +131,11 @@ class NetworkPort(wiring.Component):
     sig : ``In(stream.Signature(SignalMessage(arch)))``
     sig_in : ``Out(stream.Signature(sem bits))``
         To the coprocessor (always ready).
-    local_w, remote_w : ``Out(WritePortSignature(...))``
+    local_w, remote_w, reduce_w : ``Out(WritePortSignature(...))``
         Memory write ports (ready low while a shared write port serves
         another writer).
+    reduce_rd : ``Out(ReadPortSignature(...))``
+        A memory read port, for the reductions' old words.
     net_out, net_in, ack_out, ack_in
         As the :class:`Device`'s.
     idle : ``Out(1)``
@@ -135,6 +147,7 @@ class NetworkPort(wiring.Component):
         self._net_depth, self._ack_depth = net_depth, ack_depth
         C, D = arch.channels, arch.devices
         mem_addr = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
+        self._mem_addr, self._data_width = mem_addr, data_width
         self._request = NetRequest(arch, data_width, C)
         self._ack = NetAck(arch, C)
         req, ack = stream.Signature(self._request), stream.Signature(self._ack)
@@ -145,6 +158,8 @@ class NetworkPort(wiring.Component):
             "sig_in": Out(stream.Signature(sem_bits(arch))),
             "local_w": Out(WritePortSignature(mem_addr, data_width)),
             "remote_w": Out(WritePortSignature(mem_addr, data_width)),
+            "reduce_w": Out(WritePortSignature(mem_addr, data_width)),
+            "reduce_rd": Out(ReadPortSignature(mem_addr, data_width)),
             "net_out": Out(req).array(D),
             "net_in": In(req),
             "ack_out": Out(ack),
@@ -158,19 +173,21 @@ class NetworkPort(wiring.Component):
         wr, nin = self.wr, self.net_in
         # outgoing: local beats into memory, remote beats and signals into queues
         local, remote = Signal(), Signal()
-        m.d.comb += [local.eq(wr.valid & (wr.p.dev == me)), remote.eq(wr.valid & (wr.p.dev != me))]
+        plain_here = (wr.p.dev == me) & (wr.p.op == ReduceOp.WRITE)
+        m.d.comb += [local.eq(wr.valid & plain_here), remote.eq(wr.valid & ~plain_here)]
         m.d.comb += [self.local_w.valid.eq(local), self.local_w.p.addr.eq(wr.p.addr),
                      self.local_w.p.data.eq(wr.p.data), self.local_w.p.be.eq(wr.p.be)]
         msg = Signal(self._request)
         with m.If(remote):
             m.d.comb += [msg.dst.eq(wr.p.dev), msg.kind.eq(NetKind.WRITE), msg.chan.eq(wr.p.chan),
-                         msg.addr.eq(wr.p.addr), msg.data.eq(wr.p.data), msg.be.eq(wr.p.be)]
+                         msg.addr.eq(wr.p.addr), msg.data.eq(wr.p.data), msg.be.eq(wr.p.be),
+                         msg.op.eq(wr.p.op)]
         with m.Else():
             m.d.comb += [msg.dst.eq(self.sig.p.dev), msg.kind.eq(NetKind.SIGNAL),
                          msg.sem.eq(self.sig.p.sem)]
         queued, empty = Signal(), Signal(D)
         for j in range(D):
-            q = Queue(self._request, HANDOFF_DEPTH if j == me else self._net_depth)
+            q = Queue(self._request, self._net_depth)
             m.submodules[f"out{j}"] = q
             wiring.connect(m, q.r, wiring.flipped(self.net_out[j]))
             m.d.comb += [q.w.payload.eq(msg),
@@ -180,7 +197,7 @@ class NetworkPort(wiring.Component):
                 m.d.comb += queued.eq(q.w.ready)
         written = Signal()                       # a local beat entered memory
         m.d.comb += [written.eq(local & self.local_w.ready),
-                     wr.ready.eq(Mux(wr.p.dev == me, self.local_w.ready, queued)),
+                     wr.ready.eq(Mux(plain_here, self.local_w.ready, queued)),
                      self.sig.ready.eq(~remote & queued),
                      self.idle.eq(empty.all())]
         # acks to the DMA: a local beat's at once, else a remote one's
@@ -190,21 +207,46 @@ class NetworkPort(wiring.Component):
                      self.wr_ack.valid.eq(written | acks.r.valid),
                      self.wr_ack.p.eq(Mux(written, wr.p.chan, acks.r.payload)),
                      acks.r.ready.eq(~written & self.wr_ack.ready)]
-        # incoming: writes into memory, acked when accepted; signals
+        self._incoming(m, nin)
+        return m
+
+
+    def _incoming(self, m, nin):
+        """Incoming messages: plain writes into memory, acked when accepted;
+        reduce beats through the reduce-on-write unit, acked when written;
+        signals to the coprocessor."""
         m.submodules.acks_out = acks_out = Queue(self._ack, HANDOFF_DEPTH)
         wiring.connect(m, acks_out.r, wiring.flipped(self.ack_out))
-        is_write = Signal()
+        dev_w = len(nin.p.src)
+        m.submodules.reduce = rmw = ReduceOnWrite(addr_width=self._mem_addr,
+                                                  data_width=self._data_width,
+                                                  user_width=dev_w + len(nin.p.chan))
+        wiring.connect(m, rmw.rd, wiring.flipped(self.reduce_rd))
+        is_write, is_reduce, summed = Signal(), Signal(), Signal()
         m.d.comb += [
             is_write.eq(nin.p.kind == NetKind.WRITE),
-            acks_out.w.valid.eq(nin.valid & is_write & self.remote_w.ready),
-            acks_out.w.p.dst.eq(nin.p.src), acks_out.w.p.chan.eq(nin.p.chan),
-            self.remote_w.valid.eq(nin.valid & is_write & acks_out.w.ready),
+            is_reduce.eq(nin.p.op != ReduceOp.WRITE),
+            # a sum leaves the unit when memory and the ack queue both take it
+            self.reduce_w.valid.eq(rmw.wr.valid & acks_out.w.ready),
+            self.reduce_w.p.eq(rmw.wr.p),
+            rmw.wr.ready.eq(self.reduce_w.ready & acks_out.w.ready),
+            summed.eq(rmw.wr.valid & rmw.wr.ready),
+            rmw.i.valid.eq(nin.valid & is_write & is_reduce),
+            rmw.i.p.addr.eq(nin.p.addr), rmw.i.p.data.eq(nin.p.data), rmw.i.p.be.eq(nin.p.be),
+            rmw.i.p.op.eq(nin.p.op), rmw.i.p.user.eq(Cat(nin.p.src, nin.p.chan)),
+        ]
+        plain_ok = Signal()                      # a plain write can be taken and acked now
+        m.d.comb += [
+            plain_ok.eq(acks_out.w.ready & self.remote_w.ready & ~summed),
+            acks_out.w.valid.eq(summed | (nin.valid & is_write & ~is_reduce & plain_ok)),
+            acks_out.w.p.dst.eq(Mux(summed, rmw.wr_user[:dev_w], nin.p.src)),
+            acks_out.w.p.chan.eq(Mux(summed, rmw.wr_user[dev_w:], nin.p.chan)),
+            self.remote_w.valid.eq(nin.valid & is_write & ~is_reduce & plain_ok),
             self.remote_w.p.addr.eq(nin.p.addr), self.remote_w.p.data.eq(nin.p.data),
             self.remote_w.p.be.eq(nin.p.be),
             self.sig_in.valid.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem),
-            nin.ready.eq(Mux(is_write, acks_out.w.ready & self.remote_w.ready, self.sig_in.ready)),
+            nin.ready.eq(Mux(is_write, Mux(is_reduce, rmw.i.ready, plain_ok), self.sig_in.ready)),
         ]
-        return m
 
 
 class Device(wiring.Component):
@@ -237,8 +279,8 @@ class Device(wiring.Component):
     sram_macro : bool
         Memory banks as ``reshard_sram`` macro instances (for the emitted Verilog).
     shared_write : bool
-        The memory's three writers (local DMA beats, incoming network beats,
-        the host window) share one physical write port, granted round-robin
+        The memory's four writers (local DMA beats, incoming network beats,
+        the host window, the reduce-on-write unit) share one physical write port, granted round-robin
         (FPGA block RAM has one); the default gives each its own port.
 
     Interface attributes
@@ -292,7 +334,7 @@ class Device(wiring.Component):
         self._net_depth = net_depth
         self._ack_depth = ack_depth
         self.mem = BankedMemory(data_width=data_width, size=arch.mem_bytes, banks=banks,
-                                read_ports=2, write_ports=3, shared_write=shared_write,
+                                read_ports=3, write_ports=4, shared_write=shared_write,
                                 init=b"" if sram_macro else memory, macro=sram_macro)
         self.mmu = MMU(arch, local_dev=index, tag_width=0)    # the DMA needs no tags: in order
         self.dma = DMA(arch, data_width=data_width, outstanding=outstanding,
@@ -371,6 +413,8 @@ class Device(wiring.Component):
         wiring.connect(m, net.wr_ack, dma.wr_ack)
         wiring.connect(m, net.local_w, mem.write[0])
         wiring.connect(m, net.remote_w, mem.write[1])
+        wiring.connect(m, net.reduce_w, mem.write[3])
+        wiring.connect(m, net.reduce_rd, mem.read[2])
         wiring.connect(m, cop.sig, net.sig)
         wiring.connect(m, net.sig_in, cop.sig_in)
         for j in range(arch.devices):

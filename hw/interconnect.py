@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 from .isa import ArchParams
 from .lib import RoundRobin, chan_bits, check_bus_width, dev_bits, resolve_channels, sem_bits
 from .memory import lanes, word_addr_bits
+from .reduce import ReduceOp
 
 __all__ = ["NetKind", "NetRequest", "NetAck", "OutputPort", "Route", "Interconnect"]
 
@@ -44,7 +45,8 @@ class NetRequest(data.StructLayout):
     ``dst``: destination device; ``src``: source device (set by the
     crossbar); ``kind``: :class:`NetKind`; for a write: ``chan`` (the source
     DMA channel, returned in the ack), ``addr`` (word address), ``data``,
-    ``be``; for a signal: ``sem``.
+    ``be``, ``op`` (write, or add into the word: ISA v2's reduce copies);
+    for a signal: ``sem``.
     """
     def __init__(self, arch, data_width, channels):
         super().__init__({
@@ -56,6 +58,7 @@ class NetRequest(data.StructLayout):
             "data": data_width,
             "be": lanes(data_width),
             "sem": sem_bits(arch),
+            "op": ReduceOp,
         })
 
 

@@ -1,11 +1,14 @@
 """Decode: the illegal-instruction checks, in ``model/golden.py``'s order."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import FORMATS, ISA_VERSION, WORD_BITS, Cause, Op, field_of, reserved_mask
+from amaranth.utils import exact_log2
+
+from ..isa import (ELEMENT_BYTES, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS, Cause, Op,
+                   field_of, reserved_mask)
 from ..lib import page_offset_mask
 from .common import CauseCode, Decoded, Fetched
 
@@ -13,13 +16,18 @@ __all__ = ["Decoder", "FIELD_CHECKS"]
 
 #: The field checks of every opcode, in the order they are made (after the
 #: reserved bits): ``(field, rule)``. A rule is an ``ArchParams`` count (the
-#: field must be below it), ``"version"`` (equal to ``ISA_VERSION``),
-#: ``"address"`` (fits ``addr_bits``) or ``"aligned"`` (to the page of the
-#: instruction's ``size`` field).
+#: field must be below it), ``"version"`` (a supported version at word 0, the
+#: program's version later), ``"address"`` (fits ``addr_bits``), ``"aligned"``
+#: (to the page of the instruction's ``size`` field) or ``"element"`` (a
+#: multiple of the reduce copy's element size, ``hw.isa.ELEMENT_BYTES``).
+_COPY_CHECKS = (("chan", "channels"), ("ctx", "contexts"), ("src", "address"),
+                ("dst", "address"))
+_ELEMENT_CHECKS = (("dst", "element"), ("row_bytes", "element"), ("dst_stride", "element"))
 FIELD_CHECKS = {
     Op.VERSION: (("version", "version"),),
-    Op.COPY: (("chan", "channels"), ("ctx", "contexts"), ("src", "address"),
-              ("dst", "address")),
+    Op.COPY: _COPY_CHECKS,
+    Op.COPY_ADD_F32: _COPY_CHECKS + _ELEMENT_CHECKS,
+    Op.COPY_ADD_BF16: _COPY_CHECKS + _ELEMENT_CHECKS,
     Op.REMAP: (("ctx", "contexts"), ("dev", "devices"), ("va", "address"), ("va", "aligned"),
                ("pa", "address"), ("pa", "aligned")),
     Op.INVAL: (("ctx", "contexts"), ("va", "address"), ("va", "aligned")),
@@ -34,20 +42,24 @@ for _op, _checks in FIELD_CHECKS.items():          # every checked field is in t
         field_of(_op, _name)
 
 
-def _violations(arch, op, f):
-    """``(condition, cause)`` for each field check of ``op`` on the view ``f``."""
+def _violations(arch, op, f, *, first, version):
+    """``(condition, cause)`` for each field check of ``op`` on the view ``f``;
+    ``first``: the instruction is word 0; ``version``: the program's version."""
     A = arch.addr_bits
     out = []
     for name, rule in FIELD_CHECKS.get(op, ()):
         v = getattr(f, name)
         if rule == "version":
-            out.append((v != ISA_VERSION, Cause.VERSION_MISMATCH))
+            supported = v.matches(*SUPPORTED_VERSIONS)
+            out.append((~(first & supported | ~first & (v == version)), Cause.VERSION_MISMATCH))
         elif rule == "address":
             over = v[A:].any() if A < field_of(op, name).width else Const(0)
             out.append((over, Cause.ADDRESS_WIDTH))
         elif rule == "aligned":
             out.append(((v[:A] & page_offset_mask(arch.page_sizes, f.size)) != 0,
                         Cause.MISALIGNED))
+        elif rule == "element":
+            out.append((v[:exact_log2(ELEMENT_BYTES[op])].any(), Cause.MISALIGNED))
         else:
             out.append((v >= getattr(arch, rule), _LIMIT_CAUSE[rule]))
     return out
@@ -56,10 +68,13 @@ def _violations(arch, op, f):
 class Decoder(wiring.Component):
     """Finds why an instruction is illegal, exactly as ``model/golden.py`` does.
 
-    A combinational stage: ``o`` is ``i`` with the cause added. The checks,
+    A combinational stage: ``o`` is ``i`` with the cause added. One register:
+    the program's ISA version, taken from its legal VERSION at word 0 as that
+    instruction leaves (the next word is decoded only after it has). The checks,
     first failing one wins: ``PC_OVERFLOW`` (``pc`` past the instruction
     memory); ``VERSION_MISMATCH`` at word 0 unless the opcode is VERSION;
-    ``BAD_OPCODE``; ``RESERVED_BITS`` (mask from :func:`hw.isa.reserved_mask`);
+    ``BAD_OPCODE`` (also an opcode newer than the program's version,
+    :data:`hw.isa.OP_SINCE`); ``RESERVED_BITS`` (mask from :func:`hw.isa.reserved_mask`);
     then :data:`FIELD_CHECKS` in table order. Field positions and widths come
     from :data:`hw.isa.FORMATS` through the instruction layouts.
 
@@ -91,6 +106,12 @@ class Decoder(wiring.Component):
             self.o.p.pc.eq(pc),
             self.o.p.word.eq(word),
         ]
+        version = Signal(field_of(Op.VERSION, "version").width)
+        first = Signal()
+        m.d.comb += first.eq(pc == 0)
+        with m.If(self.o.valid & self.o.ready & first & (word.opcode == Op.VERSION)
+                  & (cause == CauseCode.NONE)):
+            m.d.sync += version.eq(word.version.version)
         with m.If(pc >= arch.imem_words):
             m.d.comb += cause.eq(CauseCode.PC_OVERFLOW)
         with m.Elif((pc == 0) & (word.opcode != Op.VERSION)):
@@ -100,10 +121,13 @@ class Decoder(wiring.Component):
                 for op in FORMATS:
                     with m.Case(int(op)):
                         rmask = Const(reserved_mask(op), WORD_BITS)
-                        with m.If((word.bits & rmask).any()):
+                        with m.If(version < OP_SINCE.get(op, 0)):
+                            m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
+                        with m.Elif((word.bits & rmask).any()):
                             m.d.comb += cause.eq(CauseCode.RESERVED_BITS)
                         view = getattr(word, op.name.lower())
-                        for cond, why in _violations(arch, op, view):
+                        for cond, why in _violations(arch, op, view, first=first,
+                                                     version=version):
                             with m.Elif(cond):
                                 m.d.comb += cause.eq(CauseCode[why.name])
                 with m.Default():

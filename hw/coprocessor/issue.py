@@ -1,18 +1,22 @@
 """COPY issue: a COPY instruction becomes a DMA descriptor."""
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import CopyDescriptor
+from ..isa import Op
+from ..reduce import ReduceOp
 from .common import InstructionWord
 
 __all__ = ["CopyIssue"]
 
 
 class CopyIssue(wiring.Component):
-    """Turns COPY instructions into descriptors, one per cycle.
+    """Turns COPY instructions (and ISA v2's reduce copies, ``COPY_ADD_F32`` /
+    ``COPY_ADD_BF16``, whose opcode becomes the descriptor's ``op``) into
+    descriptors, one per cycle.
 
     A combinational stage: the instruction retires when its descriptor is
     taken (by its channel's queue in the feeder), and only while ``step``
@@ -54,6 +58,9 @@ class CopyIssue(wiring.Component):
             d.src.eq(f.src[:A]), d.dst.eq(f.dst[:A]),
             d.row_bytes.eq(f.row_bytes), d.rows.eq(f.rows),
             d.src_stride.eq(f.src_stride), d.dst_stride.eq(f.dst_stride),
+            d.op.eq(Mux(self.insn.p.opcode == Op.COPY_ADD_F32, ReduceOp.ADD_F32,
+                        Mux(self.insn.p.opcode == Op.COPY_ADD_BF16, ReduceOp.ADD_BF16,
+                            ReduceOp.WRITE))),
             self.desc.valid.eq(self.insn.valid & self.step),
             self.insn.ready.eq(self.desc.ready & self.step),
         ]

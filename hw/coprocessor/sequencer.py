@@ -5,14 +5,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import Op
+from ..isa import COPY_OPS, Op
 from .common import CauseCode, Decoded, InstructionWord, StatusCode, StopRequest
 
 __all__ = ["Sequencer", "UNIT_OPS"]
 
 #: The opcodes each execution unit executes; VERSION retires in the sequencer.
 UNIT_OPS = {
-    "copy": (Op.COPY,),
+    "copy": COPY_OPS,
     "sync": (Op.FENCE, Op.SIGNAL, Op.WAIT, Op.HALT),
     "mmu": (Op.REMAP, Op.INVAL, Op.COMMIT),
 }

@@ -94,6 +94,7 @@ class FrontEnd(wiring.Component):
             ring_w.data.row_bytes.eq(dp.row_bytes), ring_w.data.rows.eq(dp.rows),
             ring_w.data.src_stride.eq(dp.src_stride), ring_w.data.dst_stride.eq(dp.dst_stride),
             ring_w.data.empty.eq((dp.rows == 0) | (dp.row_bytes == 0)),
+            ring_w.data.op.eq(dp.op),
         ]
 
         # arbitration: the pick is registered and replaced when the walker takes it

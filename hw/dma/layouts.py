@@ -10,6 +10,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from ..isa import FORMATS, Op, field_of
 from ..lib import chan_bits, ctx_bits, dev_bits
 from ..mmu import TranslateCause
+from ..reduce import ReduceOp
 
 __all__ = ["CopyDescriptor", "DmaWrite", "ChannelStatus", "DmaFault", "DONE_COUNT_BITS",
            "DmaGeometry", "Event", "GrantOp", "Slot", "Grant", "Chunk", "CmdKind", "Command",
@@ -28,17 +29,21 @@ class CopyDescriptor(data.StructLayout):
     above ``channels`` are dropped) and ``ctx`` the MMU context, both as wide
     as the counts need. ``src``/``dst`` are virtual addresses, ``arch.addr_bits``
     wide; the strides are unsigned and address arithmetic wraps modulo
-    ``2**addr_bits``.
+    ``2**addr_bits``. ``op`` (not an instruction field: the opcode names it)
+    is what each destination write does: a plain write, or an add of f32 or
+    bf16 lanes (ISA v2's ``COPY_ADD_*``).
     """
     def __init__(self, arch, channels):
         narrow = {"chan": chan_bits(channels), "ctx": ctx_bits(arch),
                   "src": arch.addr_bits, "dst": arch.addr_bits}
-        super().__init__({f.name: narrow.get(f.name, f.width) for f in FORMATS[Op.COPY]})
+        fields = {f.name: narrow.get(f.name, f.width) for f in FORMATS[Op.COPY]}
+        super().__init__({**fields, "op": ReduceOp})
 
 
 class DmaWrite(data.StructLayout):
     """A write beat: destination device, word address (``pa // (data_width // 8)``),
-    data, byte enables, and the channel (to route its ``wr_ack`` back)."""
+    data, byte enables, the channel (to route its ``wr_ack`` back), and what
+    the write does (``op``: write, or add into the word)."""
     def __init__(self, arch, data_width, channels):
         word_bits = exact_log2(data_width // 8)
         super().__init__({
@@ -47,6 +52,7 @@ class DmaWrite(data.StructLayout):
             "data": data_width,
             "be": data_width // 8,
             "chan": chan_bits(channels),
+            "op": ReduceOp,
         })
 
 
@@ -139,6 +145,7 @@ class Slot(data.StructLayout):
             "ctx": g.ctx_bits, "tag": g.tag_bits, "src0": g.addr_bits, "dst0": g.addr_bits,
             "row_bytes": g.row_bits, "rows": g.rows_bits,
             "src_stride": g.stride_bits, "dst_stride": g.stride_bits, "empty": 1,
+            "op": ReduceOp,
         })
 
 
@@ -160,7 +167,7 @@ class Chunk(data.StructLayout):
         super().__init__({
             "chan": g.chan_bits, "ctx": g.ctx_bits, "tag": g.tag_bits,
             "src": g.addr_bits, "dst": g.addr_bits, "len": g.len_bits,
-            "last": 1, "empty": 1, "first": 1, "cont": 1,
+            "last": 1, "empty": 1, "first": 1, "cont": 1, "op": ReduceOp,
         })
 
 
@@ -186,7 +193,7 @@ class Command(data.StructLayout):
                                    "cause": TranslateCause})
         super().__init__({
             "kind": CmdKind, "chan": g.chan_bits, "last": 1, "tag": g.tag_bits,
-            "cont": 1, "reuse": 1,
+            "cont": 1, "reuse": 1, "op": ReduceOp,
             "body": data.UnionLayout({"move": move, "fault": fault}),
         })
 

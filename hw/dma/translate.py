@@ -111,6 +111,7 @@ class Translator(wiring.Component):
         m.d.comb += [
             va.eq(Mux(side, ck.dst, ck.src)),
             cmd.chan.eq(ck.chan), cmd.last.eq(ck.last), cmd.tag.eq(ck.tag), cmd.cont.eq(ck.cont),
+            cmd.op.eq(ck.op),
             move.src.eq(Cat(ck.src[:pb], s_ppn)), move.dst.eq(Cat(ck.dst[:pb], d_ppn)),
             move.dev.eq(d_dev), move.len.eq(ck.len),
             self.xlat_req.p.ctx.eq(ck.ctx), self.xlat_req.p.va.eq(va),

@@ -120,7 +120,7 @@ class Walker(wiring.Component):
             ch.chan.eq(s2.chan), ch.ctx.eq(s2.desc.ctx), ch.tag.eq(s2.desc.tag),
             ch.src.eq(s2.pos.cur_s), ch.dst.eq(s2.pos.cur_d), ch.len.eq(s2.len),
             ch.last.eq(s2.desc_end), ch.empty.eq(s2.op == GrantOp.START),
-            ch.first.eq(s2.pos.fresh), ch.cont.eq(~s2.pos.row_start),
+            ch.first.eq(s2.pos.fresh), ch.cont.eq(~s2.pos.row_start), ch.op.eq(s2.desc.op),
         ]
         nxt_s = Signal(A)
         nxt_d = Signal(A)

@@ -86,7 +86,7 @@ class Writer(wiring.Component):
             fire.eq(self.wr.valid & self.wr.ready),
             self.wr.p.dev.eq(cur.body.move.dev),
             self.wr.p.addr.eq(addr),
-            self.wr.p.chan.eq(cur.chan),
+            self.wr.p.chan.eq(cur.chan), self.wr.p.op.eq(cur.op),
             self.wr.p.data.eq((Cat(prev, self.data.p) >> (shift * 8))[:W]),
             self.wr.p.be.eq(Mux(first, be_first, ones) & Mux(beats == 1, be_last, ones)),
             self.beat.valid.eq(fire), self.beat.payload.eq(cur.chan),

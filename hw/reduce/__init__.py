@@ -6,8 +6,9 @@
   into read-add-write on a memory's ports, with same-word hazards forwarded
   (:mod:`.inflight` tracks the words inside the adders).
 
-Standalone and tested; not yet connected to the DMA or the ISA (ISA v2's
-COPY-with-reduce is the next step).
+A :class:`~hw.device.Device` puts a :class:`ReduceOnWrite` behind its
+network input for the reduce beats of ISA v2's ``COPY_ADD_F32`` /
+``COPY_ADD_BF16``.
 """
 from .common import FORMATS, FloatFormat
 from .fpadd import FpAdd

@@ -23,17 +23,18 @@ class ReduceOp(enum.Enum, shape=2):
 
 
 class RmwBeat(data.StructLayout):
-    """A write beat: word address, data, byte enables, and the operation."""
-    def __init__(self, addr_width, data_width):
+    """A write beat: word address, data, byte enables, the operation, and
+    ``user`` bits that come out beside the write (``wr_user``)."""
+    def __init__(self, addr_width, data_width, user_width=0):
         super().__init__({"addr": addr_width, "data": data_width,
-                          "be": byte_lanes(data_width), "op": ReduceOp})
+                          "be": byte_lanes(data_width), "op": ReduceOp, "user": user_width})
 
 
 class _Side(data.StructLayout):
     """What travels through the adder beside the operands."""
-    def __init__(self, addr_width, data_width):
+    def __init__(self, addr_width, data_width, user_width):
         super().__init__({"addr": addr_width, "data": data_width, "be": byte_lanes(data_width),
-                          "op": ReduceOp, "old": data_width})
+                          "op": ReduceOp, "old": data_width, "user": user_width})
 
 
 class ReduceOnWrite(wiring.Component):
@@ -71,8 +72,9 @@ class ReduceOnWrite(wiring.Component):
     takes effect at the edge that accepts it; nothing else writes the words
     this block is reducing into while its beats are in flight.
 
-    Not yet connected to the DMA: ISA v2's COPY-with-reduce will put it
-    behind the DMA's writer at the receiving device.
+    In a :class:`~hw.device.Device` it serves the incoming reduce beats of
+    ISA v2's ``COPY_ADD_*`` (``user`` carries the beat's source, so the
+    write is acknowledged when it lands).
 
     Parameters
     ----------
@@ -81,6 +83,8 @@ class ReduceOnWrite(wiring.Component):
     data_width : int
         Word width in bits: 32, 64, 128 or 256 (one or more f32 lanes, twice
         as many bf16 lanes).
+    user_width : int
+        Width of a beat's ``user`` bits (default 0).
 
     Interface attributes
     --------------------
@@ -90,18 +94,24 @@ class ReduceOnWrite(wiring.Component):
         To a memory read port.
     wr : ``Out(WritePortSignature(addr_width, data_width))``
         To a memory write port.
+    wr_user : ``Out(user_width)``
+        The ``user`` bits of the beat ``wr`` offers.
     """
 
-    def __init__(self, *, addr_width, data_width):
+    def __init__(self, *, addr_width, data_width, user_width=0):
         if not isinstance(addr_width, int) or isinstance(addr_width, bool) or addr_width < 1:
             raise ValueError(f"Address width must be a positive integer, not {addr_width!r}")
         check_bus_width(data_width)
+        if not isinstance(user_width, int) or isinstance(user_width, bool) or user_width < 0:
+            raise ValueError(f"User width must be a non-negative integer, not {user_width!r}")
         self._addr_width = addr_width
         self._data_width = data_width
+        self._user_width = user_width
         super().__init__({
-            "i": In(stream.Signature(RmwBeat(addr_width, data_width))),
+            "i": In(stream.Signature(RmwBeat(addr_width, data_width, user_width))),
             "rd": Out(ReadPortSignature(addr_width, data_width)),
             "wr": Out(WritePortSignature(addr_width, data_width)),
+            "wr_user": Out(user_width),
         })
 
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
@@ -119,7 +129,7 @@ class ReduceOnWrite(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        side_layout = _Side(self._addr_width, self._data_width)
+        side_layout = _Side(self._addr_width, self._data_width, self._user_width)
         m.submodules.add_f32 = f32 = FpAdd("f32", self._data_width, user_shape=side_layout)
         m.submodules.add_bf16 = bf16 = FpAdd("bf16", self._data_width)
 
@@ -135,6 +145,7 @@ class ReduceOnWrite(wiring.Component):
             merged.eq(self._byte_merge(result, side.old, side.be)),
             self.wr.valid.eq(out_valid),
             self.wr.p.addr.eq(side.addr), self.wr.p.data.eq(merged), self.wr.p.be.eq(side.be),
+            self.wr_user.eq(side.user),
             f32.o.ready.eq(out_valid & self.wr.ready),
             bf16.o.ready.eq(out_valid & self.wr.ready),
         ]
@@ -147,7 +158,7 @@ class ReduceOnWrite(wiring.Component):
 
         # ---- S1: the beat whose word is being read
         s1_valid = Signal()
-        s1 = Signal(RmwBeat(self._addr_width, self._data_width))
+        s1 = Signal(RmwBeat(self._addr_width, self._data_width, self._user_width))
         s1_go = Signal()                      # offered to the adders
         s1_fire = Signal()                    # taken by the adders
         s1_free = Signal()
@@ -189,5 +200,6 @@ class ReduceOnWrite(wiring.Component):
             bf16.i.p.a.eq(old), bf16.i.p.b.eq(s1.data),
             f32.i.p.user.addr.eq(s1.addr), f32.i.p.user.data.eq(s1.data),
             f32.i.p.user.be.eq(s1.be), f32.i.p.user.op.eq(s1.op), f32.i.p.user.old.eq(old),
+            f32.i.p.user.user.eq(s1.user),
         ]
         return m
