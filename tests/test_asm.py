@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from gen.asm import assemble, disassemble, disassemble_word
 from gen.cli import main as cli_main
 from gen.hexfile import read_hex
-from hw.isa import FORMATS, ISA_VERSION, WORD_BITS, Op, decode, encode
+from hw.isa import FORMATS, ISA_VERSION, SUPPORTED_VERSIONS, WORD_BITS, Op, decode, encode
 from model.errors import InputError
 from tests.programs import any_words, valid_words
 
@@ -142,11 +142,76 @@ def test_error_messages_name_file_line_column(line, col, msg):
 
 def test_version_mismatch_refused_unless_allowed():
     src = f"; header\nversion {ISA_VERSION + 1}\nhalt\n"
-    with pytest.raises(InputError, match=r"prog\.s:2:1: program is for ISA version 2, this is version 1"):
+    with pytest.raises(InputError, match=r"prog\.s:2:1: program is for ISA version 3, this hardware "
+                                         r"runs versions 1, 2 \(use --allow-version-mismatch"):
         assemble(src, "prog.s")
-    assert assemble(src, "prog.s", allow_version_mismatch=True)[0] == encode(Op.VERSION, version=2)
+    assert assemble(src, "prog.s", allow_version_mismatch=True)[0] == encode(Op.VERSION, version=3)
+    with pytest.raises(InputError, match=r"p\.s:1:1: program is for ISA version 0,"):
+        assemble("version 0\nhalt", "p.s")
     # only the first instruction counts; a program without version is assembled
     assert assemble("halt\nversion 7") == [encode(Op.HALT), encode(Op.VERSION, version=7)]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_every_supported_version_is_accepted(version):
+    assert SUPPORTED_VERSIONS == (1, 2)
+    src = f"version {version}\nfence mask=0\nhalt\n"
+    assert assemble(src, "p.s") == [encode(Op.VERSION, version=version), encode(Op.FENCE),
+                                    encode(Op.HALT)]
+
+
+COPY_FIELDS = "chan=3 ctx=2 tag=0xbeef src=0x1003 dst=0x20040 row_bytes=256 rows=9 " \
+              "src_stride=0x104 dst_stride=0x0"
+
+
+@pytest.mark.parametrize("op", [Op.COPY_ADD_F32, Op.COPY_ADD_BF16])
+def test_reduce_copy_mnemonics_round_trip(op):
+    mnem = op.name.lower()
+    assert mnem in ("copy_add_f32", "copy_add_bf16")
+    words = assemble(f"version 2\n{mnem} {COPY_FIELDS}\nhalt\n", "p.s")
+    want = encode(op, chan=3, ctx=2, tag=0xBEEF, src=0x1003, dst=0x20040, row_bytes=256, rows=9,
+                  src_stride=0x104, dst_stride=0)
+    assert words[1] == want and words[1] & 0xFF == int(op)
+    text = disassemble(words)
+    assert text.splitlines()[1] == f"{mnem} chan=3 ctx=2 tag=48879 src=0x1003 dst=0x20040 " \
+                                   "row_bytes=256 rows=9 src_stride=0x104 dst_stride=0x0"
+    assert assemble(text) == words
+    # every field required, as for copy
+    with pytest.raises(InputError, match=rf"p\.s:2:1: {mnem} is missing field\(s\) dst_stride"):
+        assemble(f"version 2\n{mnem} {COPY_FIELDS.replace(' dst_stride=0x0', '')}", "p.s")
+
+
+@pytest.mark.parametrize("op", [Op.COPY_ADD_F32, Op.COPY_ADD_BF16])
+def test_reduce_copy_needs_isa_version_2(op):
+    mnem = op.name.lower()
+    src = f"version 1\nfence mask=0\n   {mnem} {COPY_FIELDS}\nhalt\n"
+    with pytest.raises(InputError) as ei:
+        assemble(src, "prog.s")
+    assert str(ei.value) == f"prog.s:3:4: {mnem} needs ISA version 2; the program declares version 1"
+    words = assemble(src, "prog.s", allow_version_mismatch=True)
+    assert words[2] & 0xFF == int(op)
+    # the same instruction in a version 2 program
+    assert assemble(src.replace("version 1", "version 2"), "prog.s")[2] == words[2]
+
+
+def test_version_1_programs_assemble_as_before():
+    src = """version 1
+remap ctx=1 size=0 perm=rw staged=0 dev=0 va=0x10000 pa=0x0
+copy chan=0 ctx=1 src=0x10000 dst=0x10800 row_bytes=256 rows=4 src_stride=0x100 dst_stride=0x200 tag=0
+fence mask=0
+signal dev=1 sem=0
+wait sem=0 count=1
+inval ctx=1 size=0 staged=0 va=0x10000
+commit ctx=1
+halt
+"""
+    words = assemble(src, "v1.s")
+    assert words[0] == encode(Op.VERSION, version=1)
+    assert [decode(w).op for w in words] == [Op.VERSION, Op.REMAP, Op.COPY, Op.FENCE, Op.SIGNAL,
+                                             Op.WAIT, Op.INVAL, Op.COMMIT, Op.HALT]
+    assert words[2] == encode(Op.COPY, chan=0, ctx=1, src=0x10000, dst=0x10800, row_bytes=256,
+                              rows=4, src_stride=0x100, dst_stride=0x200, tag=0)
+    assert assemble(disassemble(words), "v1.s") == words
 
 
 def test_cli_asm_disasm(tmp_path, capsys):
@@ -173,13 +238,19 @@ def test_cli_errors_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.strip() == f"error: {bad}:3:13: unknown field 'bogus' for copy (fields: chan, ctx, tag, " \
                           "src, dst, row_bytes, rows, src_stride, dst_stride)"
-    v2 = tmp_path / "v2.s"
-    v2.write_text("version 2\nhalt\n")
-    assert cli_main(["asm", str(v2)]) == 2
+    v3 = tmp_path / "v3.s"
+    v3.write_text("version 3\nhalt\n")
+    assert cli_main(["asm", str(v3)]) == 2
     assert "--allow-version-mismatch" in capsys.readouterr().err
-    assert not (tmp_path / "v2.hex").exists()
-    assert cli_main(["asm", str(v2), "--allow-version-mismatch"]) == 0
-    assert read_hex(tmp_path / "v2.hex", WORD_BITS)[1][0] == encode(Op.VERSION, version=2)
+    assert not (tmp_path / "v3.hex").exists()
+    assert cli_main(["asm", str(v3), "--allow-version-mismatch"]) == 0
+    assert read_hex(tmp_path / "v3.hex", WORD_BITS)[1][0] == encode(Op.VERSION, version=3)
+    v1add = tmp_path / "v1add.s"
+    v1add.write_text("version 1\ncopy_add_bf16 " + COPY_FIELDS + "\nhalt\n")
+    assert cli_main(["asm", str(v1add)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {v1add}:2:1: copy_add_bf16 needs ISA version 2; "
+                                               "the program declares version 1")
+    assert not (tmp_path / "v1add.hex").exists()
     assert cli_main(["asm", str(tmp_path / "missing.s")]) == 2
     h = tmp_path / "bad.hex"
     h.write_text("@0\nzz\n")
