@@ -15,6 +15,9 @@ NAME = "collectives"
 HELP = ("run a captured trace's all-gathers, reduce-scatters and all-reduces on the hardware (reduce-on-write), "
         "checked against verl's recorded tensors")
 ORDER = 36
+#: memory of the 2- and 4-device systems the 4 KiB all-reduce runs on when the trace's world differs
+#: (one Verilator build each, cached; big enough for the algorithm table's 64 KiB messages)
+SMALL_ARCH_MEM = 1 << 17
 
 
 def add_arguments(p) -> None:
@@ -26,6 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--bus-bits", type=int, default=64, help="network and memory bus width (default: 64)")
     p.add_argument("--devices", type=int, default=None,
                    help="devices of the hardware (default: the trace's world; a different number is an error)")
+    p.add_argument("--table", default=None, metavar="BYTES,...",
+                   help="also measure every algorithm's all-gather / reduce-scatter / all-reduce of these fp32 "
+                        "buffer sizes (random data) on 2 and 4 devices: the table auto's rule comes from")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -34,7 +40,7 @@ def _fmt(v, spec=",") -> str:
 
 
 def run(args) -> int:
-    from gen.collectives import (ENGINES, arch_for, arch_for_trace, check_request, choose_algorithm,
+    from gen.collectives import (ENGINES, algorithm_table, arch_for, arch_for_trace, check_request, choose_algorithm,
                                  read_collectives, run_collective, small_allreduce)
     from model.errors import InputError
     if args.engine not in ENGINES:
@@ -58,9 +64,14 @@ def run(args) -> int:
                         raise InputError(f"{args.trace}: {c.name()} (rank {r['rank']} seq {r['seq']}) has no "
                                          f"recorded tensors")
     arch = arch_for_trace(world, calls)
+    sizes = _sizes(args.table) if args.table else []
 
     def progress(msg):
         print(f"collectives: {msg}", file=sys.stderr, flush=True)
+
+    def build_progress(msg):          # the simulator builds (minutes), not every run's chatter
+        if msg.startswith(("emitting", "verilating")):
+            progress(msg)
 
     rows = []
     verified = True
@@ -75,7 +86,7 @@ def run(args) -> int:
             rows.append(row)
             continue
         alg = choose_algorithm(args.algorithm, c.bytes if c.op != "reduce_scatter" else c.bytes * c.p, c.p)
-        oc = run_collective(c, data, alg, arch, args.engine, args.bus_bits)
+        oc = run_collective(c, data, alg, arch, args.engine, args.bus_bits, build_progress)
         done += 1
         progress(f"{done}/{total} {c.name()} {c.bytes:,} B {alg}: "
                  f"{_fmt(oc.cycles)} cycles, {'ok' if oc.verified else 'FAILED'}")
@@ -86,22 +97,40 @@ def run(args) -> int:
         rows.append(row)
     small = {}
     for p in (2, 4):
-        a = arch if p == world else arch_for(p, 16384)
-        oc = small_allreduce(p, args.algorithm, args.engine, args.bus_bits, a)
+        a = arch if p == world else arch_for(p, SMALL_ARCH_MEM)
+        oc = small_allreduce(p, args.algorithm, args.engine, args.bus_bits, a, progress=build_progress)
         progress(f"4 KiB fp32 all-reduce on {p} devices ({oc.algorithm}): {_fmt(oc.cycles)} cycles, "
                  f"{'ok' if oc.verified else 'FAILED'}")
         verified &= oc.verified
         small[str(p)] = {"algorithm": oc.algorithm, "cycles": oc.cycles,
                          "lower_bound_cycles": oc.lower_bound_cycles, "verified": oc.verified}
+    table = []
+    for p in (2, 4) if sizes else ():
+        a = arch if p == world else arch_for(p, SMALL_ARCH_MEM)
+        table += algorithm_table(p, sizes, args.engine, args.bus_bits, a, progress=progress)
+    verified &= all(v["verified"] for row in table for k, v in row.items() if isinstance(v, dict))
     summary = {"verified": bool(verified), "engine": args.engine, "trace": str(args.trace), "world": world,
                "phases": phases, "algorithm": args.algorithm, "bus_bits": args.bus_bits, "arch": arch.to_json(),
                "collectives": rows, "not_run": sum(not c.runs for c in calls),
                "small_allreduce_cycles": {k: v["cycles"] for k, v in small.items()}, "small_allreduce": small}
+    if table:
+        summary["algorithm_table"] = table
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         print("\n".join(report_lines(summary)))
     return 0 if verified else 1
+
+
+def _sizes(text: str) -> list[int]:
+    from model.errors import InputError
+    try:
+        sizes = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise InputError(f"--table {text!r}: comma-separated byte counts") from None
+    if not sizes or any(n <= 0 or n % 16 for n in sizes) or max(sizes) > SMALL_ARCH_MEM // 2:
+        raise InputError(f"--table {text!r}: sizes must be positive multiples of 16 up to {SMALL_ARCH_MEM // 2:,}")
+    return sizes
 
 
 def report_lines(s: dict) -> list[str]:
@@ -124,5 +153,16 @@ def report_lines(s: dict) -> list[str]:
     for p, v in s["small_allreduce"].items():
         out.append(f"4 KiB fp32 all-reduce, {p} devices ({v['algorithm']}): {_fmt(v['cycles'])} cycles, "
                    f"lower bound {v['lower_bound_cycles']:,}, {'verified' if v['verified'] else 'FAILED'}")
+    if s.get("algorithm_table"):
+        from gen.coll_programs import ALGORITHMS
+        out.append("algorithms against buffer size (fp32 random data): cycles / lower bound; auto's choice marked *")
+        out.append(f"{'op':<15} {'p':>2} {'bytes':>8}  " + "  ".join(f"{a:>24}" for a in ALGORITHMS))
+        for r in s["algorithm_table"]:
+            cells = []
+            for a in ALGORITHMS:
+                v = r.get(a)
+                cells.append(f"{'':>24}" if v is None else
+                             f"{('*' if r['auto'] == a else '') + _fmt(v['cycles']) + ' / ' + format(v['lower_bound_cycles'], ','):>24}")
+            out.append(f"{r['op']:<15} {r['p']:>2} {r['bytes']:>8,}  " + "  ".join(cells))
     out.append(f"VERDICT: {'PASS' if s['verified'] else 'FAIL'} ({s['not_run']} collective(s) not run)")
     return out

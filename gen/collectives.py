@@ -371,19 +371,47 @@ def run_collective(c: Collective, data, algorithm: str, arch: ArchParams, engine
     return oc
 
 
-def small_allreduce(p: int, algorithm: str, engine: str, bus_bits: int, arch: ArchParams | None = None,
-                    nbytes: int = 4096, seed: int = 0, progress=None) -> Outcome:
-    """A ``nbytes`` fp32 all-reduce of random data over ``p`` devices, checked against numpy's order sum."""
+def run_synthetic(op: str, p: int, algorithm: str, engine: str, bus_bits: int, arch: ArchParams | None = None,
+                  nbytes: int = 4096, seed: int = 0, progress=None) -> Outcome:
+    """``op`` over a ``nbytes`` fp32 buffer of random data on ``p`` devices, checked against numpy's
+    sum in the algorithm's order (``auto`` resolved by :func:`choose_algorithm`)."""
     rng = np.random.default_rng(seed)
-    n = nbytes // 4
+    n = nbytes // 4 // (p if op == "all_gather" else 1)
     ins = [(rng.standard_normal(n) * np.exp2(rng.integers(-8, 8, n))).astype(np.float32).view(np.uint8)
            for _ in range(p)]
     alg = choose_algorithm(algorithm, nbytes, p)
-    if check_algorithm(alg, p):
-        alg = "ring"
-    arch = arch or arch_for(p, _need(_layout("all_reduce", p, nbytes, 4)))
-    _o, _w, oc = run_reduction("all_reduce", "float32", ins, alg, arch, list(range(p)), engine, bus_bits, progress)
+    arch = arch or arch_for(p, _need(_layout(op, p, nbytes, 4)))
+    if _need(_layout(op, p, nbytes, 4)) > arch.mem_bytes:
+        raise InputError(f"a {nbytes:,} B {op} needs more than the {arch.mem_bytes:,} B of device memory")
+    _o, _w, oc = run_reduction(op, "float32", ins, alg, arch, list(range(p)), engine, bus_bits, progress)
     return oc
+
+
+def small_allreduce(p: int, algorithm: str, engine: str, bus_bits: int, arch: ArchParams | None = None,
+                    nbytes: int = 4096, seed: int = 0, progress=None) -> Outcome:
+    """A ``nbytes`` fp32 all-reduce of random data over ``p`` devices (the fixed cost of a small message)."""
+    return run_synthetic("all_reduce", p, algorithm, engine, bus_bits, arch, nbytes, seed, progress)
+
+
+def algorithm_table(p: int, sizes: list[int], engine: str, bus_bits: int, arch: ArchParams,
+                    ops=OPS, progress=None) -> list[dict]:
+    """Cycles of every algorithm that runs on ``p`` devices, per op and buffer size (fp32, random data):
+    the measurements ``auto``'s rule comes from."""
+    rows = []
+    for op in ops:
+        for nbytes in sizes:
+            row = {"op": op, "p": p, "bytes": nbytes, "auto": choose_algorithm("auto", nbytes, p)}
+            for alg in ALGORITHMS:
+                if check_algorithm(alg, p):
+                    continue
+                oc = run_synthetic(op, p, alg, engine, bus_bits, arch, nbytes)
+                row[alg] = {"cycles": oc.cycles, "lower_bound_cycles": oc.lower_bound_cycles,
+                            "verified": oc.verified}
+                if progress:
+                    progress(f"{op} {nbytes:,} B on {p} devices, {alg}: {oc.cycles} cycles "
+                             f"(lower bound {oc.lower_bound_cycles}), {'ok' if oc.verified else 'FAILED'}")
+            rows.append(row)
+    return rows
 
 
 def check_request(calls: list[Collective], algorithm: str) -> None:
