@@ -2,7 +2,8 @@
 
 Layout of ``build/prog/NAME``::
 
-    manifest.json            ISA version, arch, regions, devices, tensors, source plan
+    manifest.json            ISA version, hardware generation, verl / torch versions,
+                             arch, regions, devices, tensors, source plan
     dev<N>/program.hex       $readmemh, 256-bit words
     dev<N>/program.s         the same program as canonical assembly
     dev<N>/mem_init.hex      $readmemh, bus-width words: the training shard at 0
@@ -10,6 +11,15 @@ Layout of ``build/prog/NAME``::
 
 The directory is built next to its destination and renamed into place, so a
 failed compile leaves nothing half-written.
+
+Compatibility (docs/isa.md, "Compatibility"): the manifest records the ISA
+version the programs declare (their first instruction, ``VERSION``), the
+hardware generation they were compiled for (``hw.isa.HW_GENERATION``) and the
+verl / torch versions of the workload (a trace header's ``versions``, or,
+when the programs come from a model rather than a trace, the versions
+installed). :func:`load_compiled` refuses a manifest for another hardware
+generation or for an ISA version this generation does not run
+(``hw.isa.GENERATION_ISA``), in one line naming both.
 """
 from __future__ import annotations
 
@@ -18,16 +28,19 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from gen.asm import disassemble
 from gen.hexfile import read_hex, read_hex_bytes, write_hex
-from hw.isa import ISA_VERSION, WORD_BITS, ArchParams
+from hw.isa import GENERATION_ISA, HW_GENERATION, WORD_BITS, ArchParams, Op, decode
 from model.errors import InputError
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2     # 2: hw_generation and versions added
+#: The packages whose versions a manifest records (those of the trace's header).
+TRACED_PACKAGES = ("verl", "torch")
 MAX_IMAGE_BYTES = 256 << 20
 
 
@@ -41,9 +54,68 @@ class Loaded:
     expected: list[bytes] | None = None
 
 
+def program_isa_version(programs) -> int:
+    """The ISA version that every program declares in its first instruction
+    (``VERSION``); ``ValueError`` when one has none or they differ."""
+    found = set()
+    for words in programs:
+        dec = decode(words[0]) if words else None
+        if dec is None or dec.op is not Op.VERSION:
+            raise ValueError("a program does not start with VERSION")
+        found.add(dec.fields["version"])
+    if len(found) != 1:
+        raise ValueError(f"the programs declare different ISA versions: {sorted(found)}")
+    return found.pop()
+
+
+def installed_versions() -> dict:
+    """The installed versions of :data:`TRACED_PACKAGES` (None where absent)."""
+    out = {}
+    for pkg in TRACED_PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def workload_versions(trace_header: dict | None = None) -> dict:
+    """The manifest's ``versions``: verl / torch of the trace whose header is
+    given (``"from": "trace"``), else of this installation (``"from":
+    "installed"``, for programs compiled from a model, not a trace)."""
+    if trace_header is not None:
+        got = trace_header.get("versions") or {}
+        return {**{pkg: got.get(pkg) for pkg in TRACED_PACKAGES}, "from": "trace"}
+    return {**installed_versions(), "from": "installed"}
+
+
+def compatibility_error(manifest: dict) -> str | None:
+    """Why this hardware cannot run the programs of ``manifest``: one line
+    naming both sides, or None when it can."""
+    runs = GENERATION_ISA[HW_GENERATION]
+    names = ", ".join(map(str, runs))
+    gen, isa = manifest.get("hw_generation"), manifest.get("isa_version")
+    if isa not in runs:
+        theirs = f" (hardware generation {gen})" if gen not in (None, HW_GENERATION) else ""
+        return f"programs for ISA version {isa}{theirs}, this hardware (generation " \
+               f"{HW_GENERATION}) runs ISA versions {names}; recompile"
+    if gen is None:
+        return f"no hardware generation recorded (a manifest from before generations), this " \
+               f"hardware is generation {HW_GENERATION} (ISA versions {names}); recompile"
+    if gen != HW_GENERATION:
+        return f"programs for hardware generation {gen}, this hardware is generation " \
+               f"{HW_GENERATION} (ISA versions {names}); recompile"
+    return None
+
+
 def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[bytes] | None,
-                   expected: list[bytes] | None, report: list[dict]) -> Path:
+                   expected: list[bytes] | None, report: list[dict], *,
+                   trace_header: dict | None = None) -> Path:
+    """Write a compiled program directory ``out`` (atomically). ``trace_header``:
+    the header of the trace the programs came from, whose verl / torch
+    versions the manifest records (default: the installed ones)."""
     out = Path(out)
+    isa_version = program_isa_version([dp.words for dp in comp.devices])
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -51,7 +123,7 @@ def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[
         for dp, rep in zip(comp.devices, report):
             d = tmp / f"dev{dp.device}"
             d.mkdir()
-            comment = f"program of device {dp.device}, ISA version {ISA_VERSION}"
+            comment = f"program of device {dp.device}, ISA version {isa_version}"
             write_hex(d / "program.hex", dp.words, WORD_BITS, 0, comment)
             (d / "program.s").write_text(f"; device {dp.device}: {source['model']} {source['train']} -> "
                                          f"{source['rollout']} ({source['dtype']})\n" + disassemble(dp.words))
@@ -67,7 +139,8 @@ def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[
                                         for t in dp.tensors],
                             "report": rep})
         manifest = {
-            "manifest_version": MANIFEST_VERSION, "isa_version": ISA_VERSION,
+            "manifest_version": MANIFEST_VERSION, "isa_version": isa_version,
+            "hw_generation": HW_GENERATION, "versions": workload_versions(trace_header),
             "word_bits": {"program": WORD_BITS, "memory": bus_bits},
             "arch": comp.arch.to_json(), "bus_bits": bus_bits,
             "regions": {"train_pa": 0, "train_span": comp.train_span, "stage_pa": comp.stage_pa,
@@ -98,9 +171,9 @@ def load_compiled(path) -> Loaded:
     for key in ("isa_version", "arch", "devices", "source", "bus_bits"):
         if key not in manifest:
             raise InputError(f"{mpath}: manifest has no {key!r}")
-    if manifest["isa_version"] != ISA_VERSION:
-        raise InputError(f"{mpath}: compiled for ISA version {manifest['isa_version']}, this hardware "
-                         f"implements version {ISA_VERSION}; recompile")
+    why = compatibility_error(manifest)
+    if why:
+        raise InputError(f"{mpath}: {why}")
     try:
         arch = ArchParams.from_json(manifest["arch"])
     except (TypeError, ValueError, KeyError) as e:

@@ -1,6 +1,10 @@
 """``python -m gen run --engine golden|amaranth|verilator DIR``: execute a compiled program and verify it.
 
 Parses into :class:`gen.api.RunOptions` and calls :func:`gen.api.run_compiled`.
+A manifest for another hardware generation, or for an ISA version this
+generation does not run (``hw.isa.GENERATION_ISA``), is refused before
+anything runs: one line naming both sides, exit status 2
+(:func:`gen.artifacts.compatibility_error`).
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ ORDER = 34
 
 def add_arguments(p):
     from gen.api import ENGINES
-    p.add_argument("dir", help="compiled program directory (from `compile`)")
+    p.add_argument("dir", help="compiled program directory (from `compile`); refused when its manifest "
+                               "is for another hardware generation or ISA version")
     p.add_argument("--engine", default="golden", help=f"{' | '.join(ENGINES)} (default golden)")
     p.add_argument("--vcd", default=None, help="amaranth engine: write a VCD waveform here")
 
