@@ -5,12 +5,21 @@ hardware, the assembler and the golden model."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
-from hw.isa import (ARCH_DOCS, CAUSE_DOCS, FORMATS, ISA_VERSION, OP_DOCS, OPCODE_BITS,
-                    STATUS_DOCS, WORD_BITS, ArchParams, Cause, Op, Status)
+from hw.isa import (ARCH_DOCS, CAUSE_DOCS, FORMATS, GENERATION_ISA, HW_GENERATION, ISA_VERSION,
+                    OP_DOCS, OP_SINCE, OPCODE_BITS, STATUS_DOCS, WORD_BITS, ArchParams, Cause, Op,
+                    Status)
 
-__all__ = ["isa_markdown"]
+__all__ = ["isa_markdown", "verified_versions"]
+
+#: The packages whose pinned versions are the traces this hardware is verified with.
+VERIFIED_PACKAGES = ("verl", "torch")
+_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 _INTRO = f"""\
 # Reshard coprocessor ISA, version {ISA_VERSION}
@@ -78,6 +87,76 @@ def _para(text: str) -> str:
     return textwrap.fill(text, 78, break_on_hyphens=False) + "\n"
 
 
+def _pins(requirements) -> dict[str, str]:
+    pins = {}
+    for req in requirements:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;,]+)\s*", req)
+        if m and m.group(1).lower() in VERIFIED_PACKAGES:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def verified_versions() -> dict[str, str]:
+    """The verl / torch versions the project is verified with: the ``==`` pins
+    of pyproject.toml's dependencies (of the installed distribution's
+    metadata when there is no pyproject.toml beside the package)."""
+    if _PYPROJECT.is_file():
+        reqs = tomllib.loads(_PYPROJECT.read_text())["project"]["dependencies"]
+    else:
+        reqs = [r for r in metadata.requires("reshardip") or [] if "extra ==" not in r]
+    pins = _pins(reqs)
+    missing = [p for p in VERIFIED_PACKAGES if p not in pins]
+    if missing:
+        raise ValueError(f"pyproject.toml pins no version of {', '.join(missing)}")
+    return {p: pins[p] for p in VERIFIED_PACKAGES}
+
+
+def _compatibility() -> str:
+    """The "Compatibility" section: ISA version by hardware generation, and the
+    verl / torch versions of the traces this generation is verified with."""
+    gens = sorted(GENERATION_ISA)
+    versions = sorted({v for vs in GENERATION_ISA.values() for v in vs})
+    pins = verified_versions()
+    out = ["## Compatibility\n"]
+    out.append(_para(
+        "A program names its ISA version in its first instruction (`VERSION`). A hardware "
+        "generation runs the versions marked below, each with the meaning it had when it was "
+        "introduced (`hw/isa.py`: `HW_GENERATION`, `GENERATION_ISA`, `OP_SINCE`). This hardware is "
+        f"generation {HW_GENERATION}."))
+    head = " | ".join(f"generation {g}" + (" (this hardware)" if g == HW_GENERATION else "")
+                      for g in gens)
+    out.append(f"| ISA version | adds | {head} |")
+    out.append("|---|---|" + "---|" * len(gens))
+    for v in versions:
+        added = [op for op in FORMATS if OP_SINCE.get(op, 1) == v]
+        adds = "the base instruction set" if v == min(versions) else \
+            ", ".join(f"`{op.name}`" for op in added)
+        cells = " | ".join("runs" if v in GENERATION_ISA[g] else "-" for g in gens)
+        out.append(f"| {v} | {adds} | {cells} |")
+    out.append("")
+    pinned = " / ".join(f"{p} {pins[p]}" for p in VERIFIED_PACKAGES)
+    out.append(_para(
+        "By hardware generation, with the verl / torch versions of the traces it is verified "
+        "against (for this generation, the pins of `pyproject.toml`; a trace's header records the "
+        "versions it was captured with, `versions` in docs/trace-format.md):"))
+    out.append("| hardware generation | runs ISA versions | traces verified with |")
+    out.append("|---|---|---|")
+    for g in gens:
+        verified = pinned if g == HW_GENERATION else "- (not built from this tree)"
+        this = " (this hardware)" if g == HW_GENERATION else ""
+        out.append(f"| {g}{this} | {', '.join(map(str, GENERATION_ISA[g]))} | {verified} |")
+    out.append("")
+    out.append(_para(
+        "The `manifest.json` of a compiled program directory records `isa_version` (the version "
+        "its programs declare), `hw_generation` (the generation it was compiled for) and "
+        "`versions` (verl and torch: the trace's, or, marked `\"from\": \"installed\"`, the "
+        "installed ones when the programs were compiled from a model rather than a trace). "
+        "`python -m gen run` refuses, in one line naming both sides and with exit status 2, a "
+        "manifest for another hardware generation or for an ISA version this generation does "
+        "not run."))
+    return "\n".join(out)
+
+
 def isa_markdown() -> str:
     """The text of docs/isa.md."""
     defaults = ArchParams()
@@ -123,6 +202,7 @@ def isa_markdown() -> str:
     out.append("\n## Causes\n\n| value | cause | meaning |\n|---|---|---|")
     out += [f"| {int(c)} | `{c.name}` | {CAUSE_DOCS[c]} |" for c in Cause]
     out.append("")
+    out.append(_compatibility())
     out.append(_ASM.format(bits=WORD_BITS, digits=WORD_BITS // 4, version=ISA_VERSION,
                            mnemonics=" ".join(f"`{op.name.lower()}`" for op in FORMATS)))
     return "\n".join(out)
