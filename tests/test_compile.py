@@ -11,7 +11,7 @@ import pytest
 from gen.api import CompileOptions, compile_reshard, execute, summarize
 from gen.artifacts import load_compiled
 from gen.asm import assemble, disassemble
-from hw.isa import Op, Status, decode, encode
+from hw.isa import HW_GENERATION, ISA_VERSION, SUPPORTED_VERSIONS, Op, Status, decode, encode
 from model.errors import InputError
 
 
@@ -138,7 +138,9 @@ def test_compile_cli_reports_and_files(tmp_path):
     head = (out / "dev0" / "mem_init.hex").read_text().splitlines()[0]
     assert head.startswith("// word_bits=64 base=0x0")
     man = json.loads((out / "manifest.json").read_text())
-    assert man["isa_version"] == 1 and man["word_bits"] == {"program": 256, "memory": 64}
+    # the version the programs declare (the compiler writes the newest)
+    assert man["isa_version"] == ISA_VERSION and man["word_bits"] == {"program": 256, "memory": 64}
+    assert man["hw_generation"] == HW_GENERATION and man["versions"]["from"] == "installed"
     r = subprocess.run([sys.executable, "-m", "gen", "run", "--engine", "golden", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -159,10 +161,13 @@ def test_run_refuses_other_isa_version(tmp_path):
     out = tmp_path / "p"
     assert _cli("compile", "--out", str(out)).returncode == 0
     man = json.loads((out / "manifest.json").read_text())
-    man["isa_version"] = 2
+    man["isa_version"] = max(SUPPORTED_VERSIONS) + 1
     (out / "manifest.json").write_text(json.dumps(man))
     r = _cli("run", str(out))
-    assert r.returncode == 2 and "ISA version 2" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"error: {out / 'manifest.json'}: programs for ISA version "
+                               f"{max(SUPPORTED_VERSIONS) + 1}, this hardware (generation "
+                               f"{HW_GENERATION}) runs ISA versions 1, 2"), r.stderr
 
 
 def test_run_bad_hex_names_file_and_line(tmp_path):
