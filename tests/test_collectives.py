@@ -91,10 +91,10 @@ def to_bytes(x, fmt):
     return (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
 
 
-def run_on_golden(op, alg, xs, fmt, engine="golden"):
+def run_on_golden(op, alg, xs, fmt, engine="golden", arch=None):
     p, n = len(xs), len(xs[0])
     es = 4 if fmt == "f32" else 2
-    arch = ArchParams(devices=p, mem_bytes=1 << 15)
+    arch = arch or ArchParams(devices=p, mem_bytes=1 << 15)
     lay = Layout(op, p, n, es, buf=0, slots=-(-n * es // 64) * 64, slot_stride=-(-(-(-n // p) * es) // 64) * 64)
     b = bounds(n, p)
     mems = []
@@ -107,11 +107,14 @@ def run_on_golden(op, alg, xs, fmt, engine="golden"):
             m[:n * es] = raw
         mems.append(m)
     progs = generate(arch, list(range(p)), lay, alg, Op.COPY_ADD_F32 if fmt == "f32" else Op.COPY_ADD_BF16)
-    if engine == "golden":
-        res = run_golden(arch, progs.words, mems)
-    else:
+    res = run_golden(arch, progs.words, mems)
+    if engine != "golden":
         from gen.collectives import run_engine
-        res = run_engine(engine, arch, progs.words, mems, 64)
+        from gen.result import compare_results
+        rtl = run_engine(engine, arch, progs.words, mems, 64)
+        assert compare_results(res, rtl, keys=("status", "cause", "faults")) == []   # every byte of memory too
+        assert rtl.cycles and rtl.cycles > 0
+        res = rtl
     assert res.status == ["HALTED"] * p and not res.faults, (res.status, res.cause, res.pc)
     outs = []
     for s in range(p):
@@ -144,6 +147,46 @@ def test_summation_orders_differ_so_the_reference_can_fail():
     assert not np.array_equal(got["ring"], got["halving-doubling"])
     for alg in ALGORITHMS:
         assert np.array_equal(got[alg], to_bytes(reference("all_reduce", alg, xs, "f32")[0], "f32"))
+
+
+# ------------------------------------------------------------------ on the RTL
+
+def _rtl_case(engine, p, alg, op, fmt, arch=None, n_per_rank=32):
+    rng = np.random.default_rng(p + len(alg) + len(op))
+    n = n_per_rank * p + (1 if op == "all_reduce" else 0)
+    xs = [random_values(rng, n, fmt) for _ in range(p)]
+    outs, res = run_on_golden(op, alg, xs, fmt, engine=engine, arch=arch)
+    want = reference(op, alg, xs, fmt)
+    for s in range(p):
+        assert np.array_equal(outs[s], to_bytes(want[s], fmt)), (engine, p, alg, op, s)
+    return res
+
+
+def test_ring_all_reduce_on_amaranth():
+    _rtl_case("amaranth", 2, "ring", "all_reduce", "f32")
+
+
+AMARANTH_SLOW = [(2, "direct", "reduce_scatter", "bf16"), (2, "halving-doubling", "all_gather", "f32"),
+                 *[(4, alg, "all_reduce", "f32") for alg in ALGORITHMS]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p,alg,op,fmt", AMARANTH_SLOW, ids=[f"{p}-{a}-{o}-{f}" for p, a, o, f in AMARANTH_SLOW])
+def test_algorithms_on_amaranth(p, alg, op, fmt):
+    _rtl_case("amaranth", p, alg, op, fmt)
+
+
+VERILATOR = [(alg, op, fmt) for alg in ALGORITHMS for op in OPS for fmt in ("f32", "bf16")
+             if fmt == "f32" or op != "all_gather"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alg,op,fmt", VERILATOR, ids=[f"4-{a}-{o}-{f}" for a, o, f in VERILATOR])
+def test_algorithms_on_verilator(alg, op, fmt):
+    """Four devices on the emitted Verilog, the architecture of the command's 4 KiB all-reduce (one build)."""
+    from gen.cmd_collectives import SMALL_ARCH_MEM
+    from gen.collectives import arch_for
+    _rtl_case("verilator", 4, alg, op, fmt, arch=arch_for(4, SMALL_ARCH_MEM), n_per_rank=512)
 
 
 def test_generate_refuses_halving_doubling_on_three_ranks():
