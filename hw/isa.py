@@ -99,8 +99,9 @@ FORMATS[Op.COPY_ADD_BF16] = FORMATS[Op.COPY]
 #: ``BAD_OPCODE``, so v1 programs mean on v2 hardware what they always meant.
 OP_SINCE: dict[Op, int] = {Op.COPY_ADD_F32: 2, Op.COPY_ADD_BF16: 2}
 
-#: The copies that reduce, with their element size in bytes: ``dst``,
-#: ``row_bytes`` and ``dst_stride`` must be multiples of it (``MISALIGNED``).
+#: The copies that reduce, with their element size in bytes: ``src``, ``dst``,
+#: ``row_bytes`` and both strides must be multiples of it (``MISALIGNED``).
+ELEMENT_FIELDS = ("src", "dst", "row_bytes", "src_stride", "dst_stride")
 ELEMENT_BYTES: dict[Op, int] = {Op.COPY_ADD_F32: 4, Op.COPY_ADD_BF16: 2}
 COPY_OPS = (Op.COPY, Op.COPY_ADD_F32, Op.COPY_ADD_BF16)
 
@@ -296,8 +297,9 @@ Subnormal inputs and results are kept (no flush to zero); an infinity plus a
 finite number is that infinity, `+inf + -inf` is NaN, and every NaN result is
 the canonical quiet NaN `0x7FC00000` (a NaN's payload is not kept). The add
 happens at the destination device's memory, so a remote reduction crosses the
-network once. `dst`, `row_bytes` and `dst_stride` must be multiples of 4
-(`ILLEGAL`/`MISALIGNED`); `src` may have any alignment. Elements a copy adds
+network once. `src`, `dst`, `row_bytes`, `src_stride` and `dst_stride` must
+be multiples of 4 (`ILLEGAL`/`MISALIGNED`), so no element straddles a page
+and a fault stops a copy between whole elements. Elements a copy adds
 into twice (for example `dst_stride = 0`) are summed in the copy's byte order.
 Two copies that add into the same element with nothing ordering them (a FENCE
 and, across devices, a SIGNAL/WAIT) are summed in an unspecified order, so
@@ -305,8 +307,8 @@ the result may differ in the last bits; the compiler never emits them.""",
     Op.COPY_ADD_BF16: """\
 ISA v2. As `COPY_ADD_F32`, with bfloat16 elements (2 bytes: f32's sign and
 exponent, 7 fraction bits): each sum is the exact sum rounded once to bf16,
-nearest, ties to even; the canonical NaN is `0x7FC0`. `dst`, `row_bytes` and
-`dst_stride` must be multiples of 2.""",
+nearest, ties to even; the canonical NaN is `0x7FC0`. `src`, `dst`,
+`row_bytes`, `src_stride` and `dst_stride` must be multiples of 2.""",
     Op.FENCE: """\
 Waits until every earlier COPY on the channels in `mask` (0: all channels)
 has completed, its bytes visible at the destination device. If one of those
@@ -378,7 +380,7 @@ CAUSE_DOCS: dict[Cause, str] = {
     Cause.RESERVED_BITS: "a bit outside the opcode's fields is set",
     Cause.BAD_CHANNEL: "`chan` >= `channels`",
     Cause.BAD_CONTEXT: "`ctx` >= `contexts`",
-    Cause.MISALIGNED: "`va` or `pa` not aligned to the page size; a reduce copy's `dst`, `row_bytes` or `dst_stride` not a multiple of its element",
+    Cause.MISALIGNED: "`va` or `pa` not aligned to the page size; a reduce copy's `src`, `dst`, `row_bytes` or a stride not a multiple of its element",
     Cause.VERSION_MISMATCH: "first instruction not VERSION, or a version this hardware does not run",
     Cause.COMMIT_UNFENCED: "COMMIT after a COPY that no FENCE covered",
     Cause.BAD_DEVICE: "`dev` >= `devices`",

@@ -18,11 +18,8 @@ Execution model
   loop).
 * A reduce copy (``COPY_ADD_F32``/``COPY_ADD_BF16``) is the same byte stream,
   each piece written as old + new element by element (``model/fpadd.py``).
-  Destination elements are whole: ``dst`` is element-aligned, but a
-  misaligned ``src`` can put a source page boundary inside an element; its
-  bytes are gathered across the boundary and the element is added once, and
-  if a source byte after the boundary faults, that element is not written
-  (the fault's ``va`` is still that byte's).
+  Every address, length and stride of a reduce copy is element-aligned, so a
+  page boundary (and so a fault) never falls inside an element.
 * Translation of one byte, source side first: no valid non-staged entry of
   the context contains the address -> ``NOT_MAPPED``; missing permission ->
   ``NO_READ``/``NO_WRITE``; source entry naming another device ->
@@ -68,8 +65,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.isa import (COPY_OPS, ELEMENT_BYTES, OP_SINCE, PERM_R, PERM_W, SUPPORTED_VERSIONS,
-                   WORD_BITS, ArchParams, Cause, Decoded, Op, Status, decode)
+from hw.isa import (COPY_OPS, ELEMENT_BYTES, ELEMENT_FIELDS, OP_SINCE, PERM_R, PERM_W,
+                    SUPPORTED_VERSIONS, WORD_BITS, ArchParams, Cause, Decoded, Op, Status, decode)
 
 from .fpadd import add_bytes
 
@@ -306,7 +303,7 @@ class GoldenSystem:
             self._check_addr(f["src"], None)
             self._check_addr(f["dst"], None)
             elem = ELEMENT_BYTES.get(op)
-            if elem and any(f[k] % elem for k in ("dst", "row_bytes", "dst_stride")):
+            if elem and any(f[k] % elem for k in ELEMENT_FIELDS):
                 raise _Stop(Status.ILLEGAL, Cause.MISALIGNED)
             f = dict(f, element=elem or 0)
             dev.descriptors += 1
@@ -480,23 +477,7 @@ class GoldenSystem:
                     return self._fault(dev, chan, ctx, tv, Cause.OUT_OF_RANGE)
                 n = min(n, run, mem_bytes - tpa)
                 dmem = mems[edev]
-                elem = f["element"]
-                if elem and n % elem:
-                    # Only the source side can end a piece inside an element (``dst``,
-                    # ``row_bytes`` and pages are element-aligned; ``src`` need not be).
-                    # Whole elements first; an element whose source bytes straddle the
-                    # boundary is gathered, then added whole, or not at all if a later
-                    # source byte faults.
-                    if n >= elem:
-                        n -= n % elem
-                    else:
-                        data = self._gather_source(dev, chan, ctx, sv, elem, smem[spa:spa + n])
-                        if data is None:
-                            return
-                        dmem[tpa:tpa + elem] = add_bytes(dmem[tpa:tpa + elem], data, elem)
-                        dev.bytes_copied += elem
-                        j += elem
-                        continue
+                elem = f["element"]      # pieces are whole elements: every field aligned
                 if elem and edev == local and spa < tpa < spa + n:
                     # forward over an overlap, as the byte stream: each element's
                     # source read after every earlier element was written
@@ -512,32 +493,6 @@ class GoldenSystem:
                     dmem[tpa:tpa + n] = smem[spa:spa + n]
                 dev.bytes_copied += n
                 j += n
-
-    def _gather_source(self, dev: _Device, chan: int, ctx: int, sv: int, count: int,
-                       head: np.ndarray):
-        """The ``count`` source bytes from virtual ``sv`` of a reduce copy's element
-        that straddles a source translation boundary, ``head`` (its first bytes)
-        already read; None, with the fault recorded, if a later byte faults."""
-        amask, mem_bytes, smem = self._amask, self.arch.mem_bytes, dev.mem
-        parts = [head]
-        got = head.size
-        while got < count:
-            v = (sv + got) & amask
-            tr = self._lookup(dev, ctx, v)
-            if tr is None:
-                return self._fault(dev, chan, ctx, v, Cause.NOT_MAPPED)
-            eva, _page, epa, edev, perm, run = tr
-            if not perm & PERM_R:
-                return self._fault(dev, chan, ctx, v, Cause.NO_READ)
-            if edev != dev.index:
-                return self._fault(dev, chan, ctx, v, Cause.REMOTE_READ)
-            pa = epa + (v - eva)
-            if pa >= mem_bytes:
-                return self._fault(dev, chan, ctx, v, Cause.OUT_OF_RANGE)
-            k = min(count - got, run, amask + 1 - v, mem_bytes - pa)
-            parts.append(smem[pa:pa + k])
-            got += k
-        return np.concatenate(parts)
 
     def _translate_vec(self, dev: _Device, ctx: int, vas: np.ndarray, need: int, local: bool):
         """Per-byte translation of ``vas`` (uint64): (pa int64, dev int64), or None

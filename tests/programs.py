@@ -156,7 +156,7 @@ def _program(draw, arch: ArchParams, dev: int, max_body: int, illegal_rate: floa
         if kind == 0:
             return 0                                              # BAD_OPCODE (zero)
         if kind == 1:
-            return draw(st.integers(Op.HALT + 1, 255))            # BAD_OPCODE
+            return draw(st.integers(max(Op) + 1, 255))            # BAD_OPCODE
         if kind == 2:
             op = draw(st.sampled_from([o for o in FORMATS if reserved_mask(o)]))  # not COPY
             rm = reserved_mask(op)

@@ -662,16 +662,16 @@ halt"""
     assert r.bytes_copied[0] == 4 * n and r.descriptors[0] == 1
 
 
-def test_copy_add_bf16_remote_2d_misaligned_source_against_reference():
+def test_copy_add_bf16_remote_2d_strided_against_reference():
     olds, news = _operands("bf16", 2, 700)
     cols = 46
     rows = len(olds) // cols
     olds, news = olds[:rows * cols], news[:rows * cols]
-    ss, ds = 2 * cols + 5, 2 * cols + 6          # source rows start at odd addresses
+    ss, ds = 2 * cols + 4, 2 * cols + 6          # source and destination rows at other pitches
     m = mems()
     m0, m1 = bytearray(m[0]), bytearray(m[1])
     for i in range(rows):
-        _put(m0, 0x101 + i * ss, "bf16", news[i * cols:(i + 1) * cols])
+        _put(m0, 0x102 + i * ss, "bf16", news[i * cols:(i + 1) * cols])
         _put(m1, 0x3000 + i * ds, "bf16", olds[i * cols:(i + 1) * cols])
     # destination va 0x8000.. -> device 1 pa 0x3000..
     maps = "\n".join(f"remap ctx=2 size=0 perm=w dev=1 va={(8 + k) * PG:#x} pa={(3 + k) * PG:#x} staged=0"
@@ -679,7 +679,7 @@ def test_copy_add_bf16_remote_2d_misaligned_source_against_reference():
     prog = f"""version 2
 {ident(ctx=2, pages=range(4), perm='r')}
 {maps}
-copy_add_bf16 chan=0 ctx=2 src=0x101 dst=0x8000 row_bytes={2 * cols} rows={rows} src_stride={ss} dst_stride={ds} tag=0
+copy_add_bf16 chan=0 ctx=2 src=0x102 dst=0x8000 row_bytes={2 * cols} rows={rows} src_stride={ss} dst_stride={ds} tag=0
 fence mask=0
 halt"""
     s, r = run([prog], memories=[bytes(m0), bytes(m1), m[2]])
@@ -741,14 +741,14 @@ halt"""
     assert r.bytes_copied[0] == 0x80
 
 
-@pytest.mark.parametrize("src,whole", [(0x1ffe, 0), (0x1ff2, 3)])
-def test_reduce_fault_inside_an_element_drops_that_element(src, whole):
-    # src is misaligned (allowed): the element whose source bytes straddle va
-    # 0x2000 (unmapped) is not written; the whole elements before it are added
+@pytest.mark.parametrize("src,whole", [(0x1ffc, 1), (0x1fc0, 16)])
+def test_reduce_fault_source_side_adds_the_elements_before_only(src, whole):
+    # every field is element-aligned, so a fault (va 0x2000, unmapped) always
+    # falls between whole elements: those before it are added, none after
     m = mems()
     prog = f"""version 2
 {ident(pages=[0, 1, 4])}
-copy_add_f32 chan=0 ctx=1 src={src:#x} dst=0x4000 row_bytes=0x40 rows=1 src_stride=0 dst_stride=0 tag=0
+copy_add_f32 chan=0 ctx=1 src={src:#x} dst=0x4000 row_bytes=0x80 rows=1 src_stride=0 dst_stride=0 tag=0
 halt"""
     s, r = run([prog])
     assert r.faults == [{"device": 0, "channel": 0, "ctx": 1, "va": 0x2000, "cause": "NOT_MAPPED"}]
@@ -761,26 +761,6 @@ halt"""
     assert r.bytes_copied[0] == 4 * whole
 
 
-@pytest.mark.parametrize("fmt", ["f32", "bf16"])
-def test_reduce_element_straddling_source_pages_is_added_once(fmt):
-    # the source bytes of an element on two pages mapped far apart
-    m = mems()
-    prog = f"""version 2
-remap ctx=1 size=0 perm=r dev=0 va=0x1000 pa=0x7000 staged=0
-remap ctx=1 size=0 perm=r dev=0 va=0x2000 pa=0x3000 staged=0
-remap ctx=1 size=0 perm=rw dev=0 va=0x9000 pa=0x9000 staged=0
-{_OPS[fmt]} chan=0 ctx=1 src=0x1ff7 dst=0x9000 row_bytes=0x20 rows=1 src_stride=0 dst_stride=0 tag=0
-halt"""
-    s, r = run([prog])
-    assert (r.status[0], r.faults) == (Status.HALTED, [])
-    e, n = EB[fmt], 0x20 // EB[fmt]
-    src_bytes = bytes(m[0][0x7ff7:0x8000]) + bytes(m[0][0x3000:0x3000 + 0x20 - 9])
-    news = [int.from_bytes(src_bytes[k * e:(k + 1) * e], "little") for k in range(n)]
-    olds = _get(m[0], 0x9000, fmt, n)
-    _check_sums(fmt, olds, news, _get(r.memories[0], 0x9000, fmt, n))
-    assert r.bytes_copied[0] == 0x20
-
-
 def _v2(*words):
     return [encode(Op.VERSION, version=2), *words, encode(Op.HALT)]
 
@@ -790,14 +770,16 @@ CP = dict(chan=0, ctx=1, src=0x100, dst=0x8000, row_bytes=8, rows=2, src_stride=
 
 @pytest.mark.parametrize("op,changes,cause", [
     (Op.COPY_ADD_F32, {}, None),
-    (Op.COPY_ADD_F32, dict(src=0x103), None),                 # src may be misaligned
+    (Op.COPY_ADD_F32, dict(src=0x103), Cause.MISALIGNED),      # src too: no element straddles a page
+    (Op.COPY_ADD_F32, dict(src_stride=0x106), Cause.MISALIGNED),
     (Op.COPY_ADD_F32, dict(dst=0x8002), Cause.MISALIGNED),
     (Op.COPY_ADD_F32, dict(row_bytes=6), Cause.MISALIGNED),
     (Op.COPY_ADD_F32, dict(dst_stride=0x102), Cause.MISALIGNED),
     (Op.COPY_ADD_F32, dict(dst=0x8002, chan=4), Cause.BAD_CHANNEL),      # fields in table order
     (Op.COPY_ADD_F32, dict(dst=(1 << 20) | 2), Cause.ADDRESS_WIDTH),
     (Op.COPY_ADD_F32, dict(row_bytes=6, rows=0), Cause.MISALIGNED),      # even copying nothing
-    (Op.COPY_ADD_BF16, dict(dst=0x8002, row_bytes=6, dst_stride=0x102, src=0x101), None),
+    (Op.COPY_ADD_BF16, dict(dst=0x8002, row_bytes=6, dst_stride=0x102, src=0x102), None),
+    (Op.COPY_ADD_BF16, dict(src=0x101), Cause.MISALIGNED),
     (Op.COPY_ADD_BF16, dict(dst=0x8001), Cause.MISALIGNED),
     (Op.COPY_ADD_BF16, dict(row_bytes=7), Cause.MISALIGNED),
     (Op.COPY_ADD_BF16, dict(dst_stride=3), Cause.MISALIGNED),
@@ -873,7 +855,7 @@ halt"""
 @st.composite
 def reduce_systems(draw):
     """``systems()`` cases with some COPYs turned into reduce copies, mostly with
-    ``dst``/``row_bytes``/``dst_stride`` rounded down to whole elements (so the
+    ``src``/``dst``/``row_bytes``/the strides rounded down to whole elements (so the
     adds happen on the random memories: NaNs, infinities, subnormals), sometimes
     left misaligned; sometimes declared version 1 (BAD_OPCODE)."""
     case = draw(systems(max_devices=2, max_body=16))
@@ -887,7 +869,8 @@ def reduce_systems(draw):
                 f = dict(dec.fields)
                 if draw(st.integers(0, 4)):
                     e = 4 if op is Op.COPY_ADD_F32 else 2
-                    f.update({k: f[k] - f[k] % e for k in ("dst", "row_bytes", "dst_stride")})
+                    f.update({k: f[k] - f[k] % e for k in ("src", "dst", "row_bytes", "src_stride",
+                                                             "dst_stride")})
                 w = encode(op, **f)
             q.append(w)
         if q and q[0] == encode(Op.VERSION, version=2) and not draw(st.integers(0, 6)):
@@ -994,7 +977,8 @@ class RefSystem:
             if f["src"] >= lim or f["dst"] >= lim:
                 return ill("ADDRESS_WIDTH")
             fmt = {Op.COPY_ADD_F32: "f32", Op.COPY_ADD_BF16: "bf16"}.get(op)
-            if fmt and (f["dst"] % EB[fmt] or f["row_bytes"] % EB[fmt] or f["dst_stride"] % EB[fmt]):
+            if fmt and any(f[k] % EB[fmt] for k in ("src", "dst", "row_bytes", "src_stride",
+                                                     "dst_stride")):
                 return ill("MISALIGNED")
             ch = f["chan"]
             self.unfenced[d][ch] = True

@@ -55,6 +55,7 @@ def _random_copy(r, bus):
     rows = r.randint(1, 3)
     dst_stride = r.choice([0, elem * r.randint(1, 64)]) if op != "copy" else r.randint(row, 2 * row)
     src = r.randrange(0, ARCH.mem_bytes - 4 * row - 64)
+    src -= src % elem
     region = r.choice([LOCAL, REMOTE])
     page = r.randrange(1, ARCH.mem_bytes // PG)
     near_edge = page * PG - r.randint(0, 2 * bus)       # straddle a page edge
@@ -147,6 +148,8 @@ ADD = dict(chan=0, ctx=0, tag=0, src=0, dst=0x100, row_bytes=8, rows=1, src_stri
     ([V2, encode(Op.COPY_ADD_F32, **dict(ADD, dst=0x102))], Cause.MISALIGNED, 1),
     ([V2, encode(Op.COPY_ADD_F32, **dict(ADD, row_bytes=6))], Cause.MISALIGNED, 1),
     ([V2, encode(Op.COPY_ADD_BF16, **dict(ADD, dst_stride=3))], Cause.MISALIGNED, 1),
+    ([V2, encode(Op.COPY_ADD_F32, **dict(ADD, src=0xffe))], Cause.MISALIGNED, 1),
+    ([V2, encode(Op.COPY_ADD_BF16, **dict(ADD, src_stride=0x11))], Cause.MISALIGNED, 1),
     ([V2, encode(Op.COPY_ADD_BF16, **dict(ADD, chan=7))], Cause.BAD_CHANNEL, 1),
 ])
 def test_illegal_reduce_instructions_stop_like_golden(program, cause, pc):

@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from amaranth.utils import exact_log2
 
-from ..isa import (ELEMENT_BYTES, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS, Cause, Op,
-                   field_of, reserved_mask)
+from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS,
+                   Cause, Op, field_of, reserved_mask)
 from ..lib import page_offset_mask
 from .common import CauseCode, Decoded, Fetched
 
@@ -22,7 +22,7 @@ __all__ = ["Decoder", "FIELD_CHECKS"]
 #: multiple of the reduce copy's element size, ``hw.isa.ELEMENT_BYTES``).
 _COPY_CHECKS = (("chan", "channels"), ("ctx", "contexts"), ("src", "address"),
                 ("dst", "address"))
-_ELEMENT_CHECKS = (("dst", "element"), ("row_bytes", "element"), ("dst_stride", "element"))
+_ELEMENT_CHECKS = tuple((name, "element") for name in ELEMENT_FIELDS)
 FIELD_CHECKS = {
     Op.VERSION: (("version", "version"),),
     Op.COPY: _COPY_CHECKS,
