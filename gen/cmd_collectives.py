@@ -40,8 +40,8 @@ def _fmt(v, spec=",") -> str:
 
 
 def run(args) -> int:
-    from gen.collectives import (ENGINES, algorithm_table, arch_for, arch_for_trace, check_request, choose_algorithm,
-                                 read_collectives, run_collective, small_allreduce)
+    from gen.collectives import (ENGINES, algorithm_table, arch_for, arch_for_trace, buffer_bytes, check_request,
+                                 choose_algorithm, read_collectives, run_collective, small_allreduce)
     from model.errors import InputError
     if args.engine not in ENGINES:
         raise InputError(f"--engine {args.engine!r}: use one of {', '.join(ENGINES)}")
@@ -85,7 +85,7 @@ def run(args) -> int:
                        verified=None, reason=c.reason)
             rows.append(row)
             continue
-        alg = choose_algorithm(args.algorithm, c.bytes if c.op != "reduce_scatter" else c.bytes * c.p, c.p)
+        alg = choose_algorithm(args.algorithm, c.op, buffer_bytes(c), c.p)
         oc = run_collective(c, data, alg, arch, args.engine, args.bus_bits, build_progress)
         done += 1
         progress(f"{done}/{total} {c.name()} {c.bytes:,} B {alg}: "

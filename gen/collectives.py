@@ -37,9 +37,9 @@ ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int64": 
 ADD_OPS = {"float32": Op.COPY_ADD_F32, "bfloat16": Op.COPY_ADD_BF16}
 NOT_RUN_OPS = ("barrier",)
 ALIGN = 64
-#: ``auto``: the direct algorithm up to this many bytes per rank's buffer, ring above
+#: ``auto``: all-reduces of at most this many bytes on 4 or more ranks run direct
 #: (docs/collectives.md: the table of cycles against message size it comes from)
-AUTO_DIRECT_MAX_BYTES = 16384
+AUTO_DIRECT_MAX_BYTES = 256
 
 
 def _align(x: int, a: int = ALIGN) -> int:
@@ -144,11 +144,23 @@ def read_collectives(trace, phases: list[str], world: int | None = None) -> tupl
     return header, out
 
 
-def choose_algorithm(requested: str, nbytes: int, p: int) -> str:
-    """The algorithm for a buffer of ``nbytes`` per rank on ``p`` ranks (``auto``: see docs)."""
+def choose_algorithm(requested: str, op: str, nbytes: int, p: int) -> str:
+    """The algorithm for ``op`` on a buffer of ``nbytes`` per rank over ``p`` ranks.
+
+    ``auto`` follows the measured table in docs/collectives.md (Verilator, 64-bit bus): the direct
+    all-gather is never slower than the others (every rank pushes to all at once); the direct
+    reduce-scatter's local sum pass makes it the slowest; halving-doubling beats the ring (log2 p
+    synchronisation rounds instead of p-1) and is the same program on 2 ranks; only a tiny
+    all-reduce on 4 or more ranks is faster direct (one barrier round instead of 2 log2 p).
+    """
     if requested != "auto":
         return requested
-    return "direct" if nbytes <= AUTO_DIRECT_MAX_BYTES else "ring"
+    big = "halving-doubling" if p >= 4 and p & (p - 1) == 0 else "ring"
+    if op == "all_gather":
+        return "direct"
+    if op == "all_reduce" and p >= 4 and nbytes <= AUTO_DIRECT_MAX_BYTES:
+        return "direct"
+    return big
 
 
 def _layout(op: str, p: int, buf_bytes: int, es: int) -> Layout:
@@ -379,7 +391,7 @@ def run_synthetic(op: str, p: int, algorithm: str, engine: str, bus_bits: int, a
     n = nbytes // 4 // (p if op == "all_gather" else 1)
     ins = [(rng.standard_normal(n) * np.exp2(rng.integers(-8, 8, n))).astype(np.float32).view(np.uint8)
            for _ in range(p)]
-    alg = choose_algorithm(algorithm, nbytes, p)
+    alg = choose_algorithm(algorithm, op, nbytes, p)
     arch = arch or arch_for(p, _need(_layout(op, p, nbytes, 4)))
     if _need(_layout(op, p, nbytes, 4)) > arch.mem_bytes:
         raise InputError(f"a {nbytes:,} B {op} needs more than the {arch.mem_bytes:,} B of device memory")
@@ -400,7 +412,7 @@ def algorithm_table(p: int, sizes: list[int], engine: str, bus_bits: int, arch: 
     rows = []
     for op in ops:
         for nbytes in sizes:
-            row = {"op": op, "p": p, "bytes": nbytes, "auto": choose_algorithm("auto", nbytes, p)}
+            row = {"op": op, "p": p, "bytes": nbytes, "auto": choose_algorithm("auto", op, nbytes, p)}
             for alg in ALGORITHMS:
                 if check_algorithm(alg, p):
                     continue
