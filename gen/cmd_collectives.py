@@ -113,6 +113,16 @@ def run(args) -> int:
                "phases": phases, "algorithm": args.algorithm, "bus_bits": args.bus_bits, "arch": arch.to_json(),
                "collectives": rows, "not_run": sum(not c.runs for c in calls),
                "small_allreduce_cycles": {k: v["cycles"] for k, v in small.items()}, "small_allreduce": small}
+    per_phase = {}
+    for r in rows:
+        if r["run"]:
+            ph = per_phase.setdefault(r["phase"], {"collectives": 0, "cycles": 0, "lower_bound_cycles": 0,
+                                                   "network_bytes": 0})
+            ph["collectives"] += 1
+            ph["cycles"] = None if r["cycles"] is None or ph["cycles"] is None else ph["cycles"] + r["cycles"]
+            ph["lower_bound_cycles"] += r["lower_bound_cycles"]
+            ph["network_bytes"] += r["network_bytes"]
+    summary["per_phase"] = per_phase
     if table:
         summary["algorithm_table"] = table
     if args.json:
@@ -145,11 +155,15 @@ def report_lines(s: dict) -> list[str]:
             out.append(f"{head} {'':<16} {'':>9} {'':>9} {'':>6} {'':>4}  not run: {r['reason']}")
             continue
         ratio = f"{r['cycles'] / r['lower_bound_cycles']:.3f}" if r["cycles"] and r["lower_bound_cycles"] else "-"
-        res = "verified" if r["verified"] else "FAILED: " + "; ".join(r["problems"])
+        res = "verified" if r["verified"] else "FAILED: " + "; ".join(
+            r["problems"][:2])
         if r.get("host_scale"):
             res += f" (avg: sum x {r['host_scale']} on the host)"
         out.append(f"{head} {r['algorithm']:<16} {_fmt(r['cycles']):>9} {_fmt(r['lower_bound_cycles']):>9} "
                    f"{ratio:>6} {_fmt(r['max_ulp_vs_verl'], 'd'):>4}  {res}")
+    for ph, v in s["per_phase"].items():
+        out.append(f"{ph}: {v['collectives']} collective(s) run, {_fmt(v['cycles'])} cycles against a lower bound of "
+                   f"{v['lower_bound_cycles']:,}, {v['network_bytes']:,} B over the network")
     for p, v in s["small_allreduce"].items():
         out.append(f"4 KiB fp32 all-reduce, {p} devices ({v['algorithm']}): {_fmt(v['cycles'])} cycles, "
                    f"lower bound {v['lower_bound_cycles']:,}, {'verified' if v['verified'] else 'FAILED'}")
@@ -161,8 +175,9 @@ def report_lines(s: dict) -> list[str]:
             cells = []
             for a in ALGORITHMS:
                 v = r.get(a)
-                cells.append(f"{'':>24}" if v is None else
-                             f"{('*' if r['auto'] == a else '') + _fmt(v['cycles']) + ' / ' + format(v['lower_bound_cycles'], ','):>24}")
+                cell = "" if v is None else \
+                    f"{'*' if r['auto'] == a else ''}{_fmt(v['cycles'])} / {v['lower_bound_cycles']:,}"
+                cells.append(f"{cell:>24}")
             out.append(f"{r['op']:<15} {r['p']:>2} {r['bytes']:>8,}  " + "  ".join(cells))
     out.append(f"VERDICT: {'PASS' if s['verified'] else 'FAIL'} ({s['not_run']} collective(s) not run)")
     return out
