@@ -393,3 +393,32 @@ def test_fsdp2_trace_bit_for_bit_against_verl_on_golden(fsdp2_w2, capsys):
     # every recorded collective of those phases is accounted for
     n = sum(1 for r in fsdp2_w2["collectives"] if r["rank"] == 0 and r["phase"] in phases)
     assert len(s["collectives"]) == n
+
+
+@pytest.mark.slow
+def test_fsdp2_trace_on_verilator(fsdp2_w2, capsys):
+    """The training step's collectives on the emitted Verilog: verified, never below the port bound, the
+    large ones within the issue's 1.10 of it; the 4 KiB all-reduces verified."""
+    rc, s, err = _cli_json(capsys, ["collectives", fsdp2_w2["path"]])          # default engine: verilator
+    assert rc == 0 and s["verified"] is True and s["engine"] == "verilator", err
+    ran = [c for c in s["collectives"] if c["run"]]
+    assert ran and all(c["max_ulp_vs_verl"] == 0 for c in ran)
+    for c in ran:
+        assert c["cycles"] >= c["lower_bound_cycles"] > 0, c
+        if c["bytes"] >= 65536:
+            assert c["cycles"] <= 1.10 * c["lower_bound_cycles"], c
+    for p, v in s["small_allreduce"].items():
+        assert v["verified"] and v["cycles"] >= v["lower_bound_cycles"] > 0
+        assert s["small_allreduce_cycles"][p] == v["cycles"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nbytes", [256, 4096])
+def test_auto_picks_a_fastest_algorithm_on_verilator(nbytes):
+    """auto's rule against a fresh measurement on 4 devices: within 3 % of the fastest algorithm."""
+    from gen.cmd_collectives import SMALL_ARCH_MEM
+    from gen.collectives import algorithm_table, arch_for
+    for row in algorithm_table(4, [nbytes], "verilator", 64, arch_for(4, SMALL_ARCH_MEM)):
+        cycles = {a: row[a]["cycles"] for a in ALGORITHMS}
+        assert all(row[a]["verified"] for a in ALGORITHMS)
+        assert cycles[row["auto"]] <= 1.03 * min(cycles.values()), row
