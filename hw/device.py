@@ -109,7 +109,7 @@ class NetworkPort(wiring.Component):
       accepted, so an ack means "visible"; reduce beats go through a
       :class:`~hw.reduce.ReduceOnWrite` (reading through ``reduce_rd``,
       writing through ``reduce_w``) and are acknowledged when their sum is
-      written (that ack first, when both come in one cycle); SIGNALs go to
+      written (a plain write waits while a sum is offered); SIGNALs go to
       ``sig_in``.
 
     Parameters
@@ -235,17 +235,21 @@ class NetworkPort(wiring.Component):
             rmw.i.p.addr.eq(nin.p.addr), rmw.i.p.data.eq(nin.p.data), rmw.i.p.be.eq(nin.p.be),
             rmw.i.p.op.eq(nin.p.op), rmw.i.p.user.eq(Cat(nin.p.src, nin.p.chan)),
         ]
-        plain_ok = Signal()                      # a plain write can be taken and acked now
+        # A plain write waits while a sum is offered (so the two never need the
+        # ack queue in one cycle); its valid never depends on a write port's
+        # ready, which a shared write port derives from every writer's valid.
+        plain = Signal()
         m.d.comb += [
-            plain_ok.eq(acks_out.w.ready & self.remote_w.ready & ~summed),
-            acks_out.w.valid.eq(summed | (nin.valid & is_write & ~is_reduce & plain_ok)),
-            acks_out.w.p.dst.eq(Mux(summed, rmw.wr_user[:dev_w], nin.p.src)),
-            acks_out.w.p.chan.eq(Mux(summed, rmw.wr_user[dev_w:], nin.p.chan)),
-            self.remote_w.valid.eq(nin.valid & is_write & ~is_reduce & plain_ok),
+            plain.eq(nin.valid & is_write & ~is_reduce & acks_out.w.ready & ~rmw.wr.valid),
+            self.remote_w.valid.eq(plain),
             self.remote_w.p.addr.eq(nin.p.addr), self.remote_w.p.data.eq(nin.p.data),
             self.remote_w.p.be.eq(nin.p.be),
+            acks_out.w.valid.eq(summed | (plain & self.remote_w.ready)),
+            acks_out.w.p.dst.eq(Mux(summed, rmw.wr_user[:dev_w], nin.p.src)),
+            acks_out.w.p.chan.eq(Mux(summed, rmw.wr_user[dev_w:], nin.p.chan)),
             self.sig_in.valid.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem),
-            nin.ready.eq(Mux(is_write, Mux(is_reduce, rmw.i.ready, plain_ok), self.sig_in.ready)),
+            nin.ready.eq(Mux(is_write, Mux(is_reduce, rmw.i.ready, plain & self.remote_w.ready),
+                             self.sig_in.ready)),
         ]
 
 

@@ -133,6 +133,9 @@ def test_two_devices_reduce_into_one_with_plain_writes_beside():
     assert not racy_copies(ARCH, progs, mems)
     rtl, _ = compare_with_golden(ARCH, progs, mems, data_width=64)
     assert rtl.status == ["HALTED", "HALTED"]
+    # one physical write port shared by the four writers (the FPGA's block RAM)
+    shared, _ = compare_with_golden(ARCH, progs, mems, data_width=64, shared_write=True)
+    assert shared.cycles >= rtl.cycles
 
 
 V1, V2 = encode(Op.VERSION, version=1), encode(Op.VERSION, version=2)
