@@ -41,6 +41,7 @@ ALGORITHMS = ("ring", "direct", "halving-doubling")
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 ISA_V2 = 2
 CTX = 0
+GLOO_MAX_SEGMENT = 1 << 20   # gloo's AllreduceOptions::kMaxSegmentSize
 MAX_WORLD = 16          # halving-doubling's per-step semaphores: 1 + 3 + 4 <= 8
 
 # semaphores (8 on the default architecture)
@@ -51,9 +52,28 @@ SEM_READY = 1           # halving-doubling: step i >= 1 readiness uses SEM_READY
 SEM_AG = 4              # halving-doubling all-gather: step i uses SEM_AG + i (4..7)
 
 
-def chunk_bounds(n_elems: int, p: int) -> list[int]:
-    """Element offsets of the p chunks: chunk j is ``[b[j], b[j+1])``, sizes differ by at most one."""
-    return [j * n_elems // p for j in range(p + 1)]
+def chunk_bounds(n_elems: int, p: int, elem_bytes: int = 4, chunking: str = "even") -> list[int]:
+    """Element offsets of the p chunks: chunk j is ``[b[j], b[j+1])``.
+
+    ``even``: sizes differ by at most one element (all-gather and reduce-scatter chunks are the
+    ranks' own inputs / outputs). ``gloo``: gloo's ring all-reduce split (gloo/allreduce.cc, as
+    documented there): segments of ceil(bytes / 2p) rounded up to whole elements (at most
+    GLOO_MAX_SEGMENT bytes), their number rounded up to a multiple of p, p consecutive equal shares;
+    the last chunks may be short or empty. With it the ring sums every element in gloo's order.
+    """
+    if chunking == "even":
+        return [j * n_elems // p for j in range(p + 1)]
+    if chunking != "gloo":
+        raise ValueError(f"unknown chunking {chunking!r}")
+    total = n_elems * elem_bytes
+    if total == 0:
+        return [0] * (p + 1)
+    seg = min(-(-total // (2 * p)), GLOO_MAX_SEGMENT // elem_bytes * elem_bytes)
+    seg = -(-seg // elem_bytes) * elem_bytes
+    n_seg = max(-(-total // seg), 2 * p)
+    n_seg = -(-n_seg // p) * p
+    share = n_seg // p * seg // elem_bytes
+    return [min(n_elems, j * share) for j in range(p + 1)]
 
 
 @dataclass(frozen=True)
@@ -71,10 +91,11 @@ class Layout:
     buf: int = 0
     slots: int = 0
     slot_stride: int = 0
+    chunking: str = "even"
 
     @property
     def bounds(self) -> list[int]:
-        return chunk_bounds(self.n_elems, self.p)
+        return chunk_bounds(self.n_elems, self.p, self.elem_bytes, self.chunking)
 
     def chunk(self, j: int) -> tuple[int, int]:
         """(physical offset, bytes) of chunk j of the buffer."""
@@ -159,29 +180,30 @@ def _window_page(arch: ArchParams) -> tuple[int, int]:
 # ---------------------------------------------------------------- algorithms
 
 def _ring_rs(pr: _Prog, s: int, lay: Layout) -> None:
+    # gloo's direction: rank s sends to s-1, so chunk j starts at rank j-1 and ends added into rank j
     p = lay.p
-    nxt = (s + 1) % p
+    prv = (s - 1) % p
     for k in range(1, p):
         if k >= 2:
-            pr.wait(SEM_DATA)             # chunk (s-k) holds the sum of ranks s-k+1 .. s now
-        off, n = lay.chunk((s - k) % p)
-        pr.copy(s, off, nxt, off, n, add=True)
+            pr.wait(SEM_DATA)             # chunk (s+k) holds the sum of ranks s+1 .. s+k-1 now
+        off, n = lay.chunk((s + k) % p)
+        pr.copy(s, off, prv, off, n, add=True)
         pr.fence()
-        pr.signal(nxt, SEM_DATA)
+        pr.signal(prv, SEM_DATA)
     if p > 1:
         pr.wait(SEM_DATA)                 # the last add into my own chunk has landed
 
 
 def _ring_ag(pr: _Prog, s: int, lay: Layout) -> None:
     p = lay.p
-    nxt = (s + 1) % p
+    prv = (s - 1) % p
     for k in range(1, p):
         if k >= 2:
-            pr.wait(SEM_DATA)             # chunk (s-k+1) arrived from s-1
-        off, n = lay.chunk((s - k + 1) % p)
-        pr.copy(s, off, nxt, off, n)
+            pr.wait(SEM_DATA)             # chunk (s+k-1) arrived from s+1
+        off, n = lay.chunk((s + k - 1) % p)
+        pr.copy(s, off, prv, off, n)
         pr.fence()
-        pr.signal(nxt, SEM_DATA)
+        pr.signal(prv, SEM_DATA)
     if p > 1:
         pr.wait(SEM_DATA)
 
@@ -307,10 +329,10 @@ def summation_order(algorithm: str, p: int, j: int):
     """The order in which the programs sum chunk j's p contributions, as a tree
     of group ranks: an int is a rank's value, a pair ``(a, b)`` is ``a + b``."""
     if algorithm == "ring":
-        # starts at rank j+1, gathers j+2, ..., j-1 on its way, ends added into rank j's own value
-        t = (j + 1) % p
+        # starts at rank j-1, gathers j-2, ..., j+1 on its way, ends added into rank j's own value
+        t = (j - 1) % p
         for k in range(2, p + 1):
-            t = (t, (j + k) % p)
+            t = (t, (j - k) % p)
         return t
     if algorithm == "direct":
         t = j
