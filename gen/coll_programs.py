@@ -3,10 +3,12 @@
 Three algorithms (docs/collectives.md has the diagrams and the proofs of the
 synchronisation):
 
-- ``ring``: p-1 steps; at step k rank s sends one chunk to rank s+1 (a plain
+- ``ring``: p-1 steps; at step k rank s sends one chunk to rank s-1 (a plain
   COPY for all-gather, a ``COPY_ADD`` for reduce-scatter, added at the
-  receiver), then FENCE and SIGNAL s+1; rank s+1 WAITs for that signal
-  before forwarding the chunk.
+  receiver), then FENCE and SIGNAL s-1; rank s-1 WAITs for that signal
+  before forwarding the chunk. Direction and the all-reduce's chunks
+  (:func:`chunk_bounds` ``gloo``) are gloo's, so the ring all-reduce sums in
+  gloo's order.
 - ``direct``: every rank pushes to every other rank at once (one channel per
   destination), then an all-to-all SIGNAL/WAIT barrier; reduce-scatter
   pushes into the owner's staging slots and the owner sums them with one
