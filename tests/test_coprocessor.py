@@ -292,9 +292,11 @@ ILLEGAL = [
     ([H], Cause.VERSION_MISMATCH, 0),
     ([0], Cause.VERSION_MISMATCH, 0),
     ([], Cause.VERSION_MISMATCH, 0),
-    ([V, encode(Op.VERSION, version=2)], Cause.VERSION_MISMATCH, 1),
+    ([V, encode(Op.VERSION, version=1)], Cause.VERSION_MISMATCH, 1),     # not the program's
+    ([encode(Op.VERSION, version=1), encode(Op.COPY_ADD_F32)], Cause.BAD_OPCODE, 1),   # v2 in v1
+    ([V, encode(Op.COPY_ADD_BF16, dst=1)], Cause.MISALIGNED, 1),
     ([V | 1 << 100], Cause.RESERVED_BITS, 0),
-    ([V, 0x0a], Cause.BAD_OPCODE, 1),
+    ([V, max(Op) + 1], Cause.BAD_OPCODE, 1),
     ([V, 0xff | 1 << 200], Cause.BAD_OPCODE, 1),
     ([V], Cause.BAD_OPCODE, 1),
     ([V, encode(Op.COPY, chan=4)], Cause.BAD_CHANNEL, 1),

@@ -96,7 +96,8 @@ def test_decoder_causes_match_the_golden_model():
                 w |= 1 << rng.randrange(8, 256)
             words.append(w)
     words += [0, 0x0b, 0xff]
-    cases = [(1, w) for w in words] + [(0, encode(Op.HALT)), (0, V), (16, V)]
+    # word 0 first: the decoder takes the program's version from it
+    cases = [(0, V)] + [(1, w) for w in words] + [(0, encode(Op.HALT)), (0, V), (16, V)]
     expect = []
     for pc, w in cases:
         if pc == 16:

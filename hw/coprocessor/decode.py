@@ -121,14 +121,13 @@ class Decoder(wiring.Component):
                 for op in FORMATS:
                     with m.Case(int(op)):
                         rmask = Const(reserved_mask(op), WORD_BITS)
-                        with m.If(version < OP_SINCE.get(op, 0)):
-                            m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
-                        with m.Elif((word.bits & rmask).any()):
-                            m.d.comb += cause.eq(CauseCode.RESERVED_BITS)
-                        view = getattr(word, op.name.lower())
-                        for cond, why in _violations(arch, op, view, first=first,
-                                                     version=version):
-                            with m.Elif(cond):
+                        checks = [(version < OP_SINCE[op], Cause.BAD_OPCODE)] \
+                            if op in OP_SINCE else []
+                        checks.append(((word.bits & rmask).any(), Cause.RESERVED_BITS))
+                        checks += _violations(arch, op, getattr(word, op.name.lower()),
+                                              first=first, version=version)
+                        for k, (cond, why) in enumerate(checks):
+                            with (m.If if k == 0 else m.Elif)(cond):
                                 m.d.comb += cause.eq(CauseCode[why.name])
                 with m.Default():
                     m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
