@@ -192,7 +192,7 @@ VERILATOR = [(alg, op, fmt) for alg in ALGORITHMS for op in OPS for fmt in ("f32
 @pytest.mark.parametrize("alg,op,fmt", VERILATOR, ids=[f"4-{a}-{o}-{f}" for a, o, f in VERILATOR])
 def test_algorithms_on_verilator(alg, op, fmt):
     """Four devices on the emitted Verilog, the architecture of the command's 4 KiB all-reduce (one build)."""
-    from gen.cmd_collectives import SMALL_ARCH_MEM
+    from gen.collectives import SMALL_ARCH_MEM
     from gen.collectives import arch_for
     _rtl_case("verilator", 4, alg, op, fmt, arch=arch_for(4, SMALL_ARCH_MEM), n_per_rank=512)
 
@@ -446,7 +446,7 @@ def test_fsdp2_trace_on_verilator(fsdp2_w2, capsys):
 @pytest.mark.parametrize("nbytes", [256, 4096])
 def test_auto_picks_a_fastest_algorithm_on_verilator(nbytes):
     """auto's rule against a fresh measurement on 4 devices: within 3 % of the fastest algorithm."""
-    from gen.cmd_collectives import SMALL_ARCH_MEM
+    from gen.collectives import SMALL_ARCH_MEM
     from gen.collectives import algorithm_table, arch_for
     for row in algorithm_table(4, [nbytes], "verilator", 64, arch_for(4, SMALL_ARCH_MEM)):
         cycles = {a: row[a]["cycles"] for a in ALGORITHMS}
