@@ -153,9 +153,19 @@ def buffer_bytes(c: Collective) -> int:
     return c.bytes * c.p if c.op == "reduce_scatter" else c.bytes
 
 
-def arch_for_trace(world: int, calls: list[Collective]) -> ArchParams:
+def arch_for_trace(trace, world: int, calls: list[Collective]) -> ArchParams:
+    """One architecture per trace, whatever ``--phase`` selects (so one Verilator build serves every
+    phase, and a collective's cycles do not depend on the filter): memory for the largest all-gather,
+    reduce-scatter or all-reduce of any phase."""
+    from model.capture import read_trace
     need = max((_need(_layout(c.op, c.p, buffer_bytes(c), ELEM_BYTES[c.dtype])) for c in calls if c.runs),
                default=0)
+    for r in read_trace(trace)["collectives"]:
+        es = ELEM_BYTES.get(r.get("dtype"))
+        if r["op"] in OPS and es and isinstance(r.get("ranks"), list) and r["ranks"]:
+            p = len(r["ranks"])
+            buf = int(r["bytes"]) * (p if r["op"] == "reduce_scatter" else 1)
+            need = max(need, _need(_layout(r["op"], p, buf - buf % es, es)))
     return arch_for(world, need)
 
 
@@ -270,7 +280,7 @@ def _prepare(opts: CollectiveOptions):
                 if "data" not in r:
                     raise InputError(f"{opts.trace}: {c.name()} (rank {r['rank']} seq {r['seq']}) has no "
                                      f"recorded tensors")
-    return header, calls, data, arch_for_trace(header["world"], calls)
+    return header, calls, data, arch_for_trace(opts.trace, header["world"], calls)
 
 
 def run_trace(opts: CollectiveOptions, progress=None) -> dict:
