@@ -324,6 +324,18 @@ def test_cli_four_ranks_beyond_the_bound_fails(tmp_path, capsys):
         assert ar["verified"] is False and "verl" in ar["problems"][0]
 
 
+def test_phase_filter_keeps_the_architecture(tmp_path, capsys):
+    """One architecture per trace: --phase must not change the memory (and so a collective's cycles)."""
+    calls = gloo_like_calls(2, np.random.default_rng(3), n=4096)
+    small = [x[:8].copy() for x in calls[2]["ins"]]            # the optimizer's all-reduce: 32 bytes
+    calls[2].update(ins=small, outs=[gloo_ring_allreduce(small)] * 2)
+    trace = write_trace(tmp_path / "t.jsonl", 2, calls)
+    _, whole, _ = _cli_json(capsys, ["collectives", str(trace), "--engine", "golden"])
+    _, part, _ = _cli_json(capsys, ["collectives", str(trace), "--engine", "golden", "--phase", "optimizer"])
+    assert [c["phase"] for c in part["collectives"]] == ["optimizer"]
+    assert part["arch"] == whole["arch"] and whole["arch"]["mem_bytes"] >= 2 * 4096 * 4
+
+
 def test_cli_text_output(tmp_path, capsys):
     trace = write_trace(tmp_path / "t.jsonl", 2, gloo_like_calls(2, np.random.default_rng(2)))
     assert main(["collectives", str(trace), "--engine", "golden"]) == 0
