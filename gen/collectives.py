@@ -42,8 +42,8 @@ __all__ = ["CollectiveOptions", "run_trace", "report_lines", "Collective", "read
            "run_engine", "run_reduction", "run_synthetic", "small_allreduce", "algorithm_table", "tree_sum",
            "ulp_distance", "sum_order_bound", "ALGORITHMS", "OPS"]
 
-#: memory of the 2- and 4-device systems the 4 KiB all-reduce and the algorithm table run on when
-#: the trace's world differs (one Verilator build each, cached; 64 KiB messages fit)
+#: memory of the 2- and 4-device systems the 4 KiB all-reduce and the algorithm table run on, whatever
+#: the trace (one Verilator build each, cached, shared with bench; 64 KiB messages fit)
 SMALL_ARCH_MEM = 1 << 17
 BUS_BITS = (32, 64, 128, 256)
 
@@ -316,7 +316,7 @@ def run_trace(opts: CollectiveOptions, progress=None) -> dict:
         rows.append(row)
     small = {}
     for p in (2, 4) if opts.small else ():
-        a = arch if p == world else arch_for(p, SMALL_ARCH_MEM)
+        a = arch_for(p, SMALL_ARCH_MEM)       # the same systems whatever the trace: comparable figures
         oc = small_allreduce(p, opts.algorithm, opts.engine, opts.bus_bits, a, progress=build_progress)
         say(f"4 KiB fp32 all-reduce on {p} devices ({oc.algorithm}): {_fmt(oc.cycles)} cycles, "
             f"{'ok' if oc.verified else 'FAILED'}")
@@ -325,7 +325,7 @@ def run_trace(opts: CollectiveOptions, progress=None) -> dict:
                          "lower_bound_cycles": oc.lower_bound_cycles, "verified": oc.verified}
     table = []
     for p in (2, 4) if opts.table else ():
-        a = arch if p == world else arch_for(p, SMALL_ARCH_MEM)
+        a = arch_for(p, SMALL_ARCH_MEM)
         table += algorithm_table(p, list(opts.table), opts.engine, opts.bus_bits, a, progress=say)
     verified &= all(v["verified"] for row in table for v in row.values() if isinstance(v, dict))
     per_phase: dict[str, dict] = {}
