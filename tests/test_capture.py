@@ -1,6 +1,6 @@
 """Real captures from verl 0.9.1's FSDPEngine on CPU (gloo): ``model.capture`` / ``gen capture``.
 
-Each capture runs once per module (fixtures), into pytest's tmp dir.
+Each capture runs once per worker (fixtures in tests/conftest.py), into pytest's tmp dir.
 """
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import collections
 import json
 
 import pytest
+from conftest import capture_trace
 
 from model.capture import SCHEMA, CaptureError, TraceData, capture, read_trace
 from model.errors import InputError
@@ -16,33 +17,9 @@ from model.models import load_model
 MODEL = "tiny-qwen2"
 
 
-def _capture(tmp_path_factory, strategy, world, **kw):
-    out = tmp_path_factory.mktemp(f"cap-{strategy}-w{world}") / "trace.jsonl"
-    summary = capture(MODEL, strategy, world, out, progress=lambda msg: None, timeout=300, **kw)
-    assert summary["out"] == str(out)
-    trace = read_trace(out)
-    trace["path"] = str(out)
-    return trace
-
-
-@pytest.fixture(scope="module")
-def fsdp2_w2(tmp_path_factory):
-    return _capture(tmp_path_factory, "fsdp2", 2, record_data=True)
-
-
-@pytest.fixture(scope="module")
-def fsdp1_w2(tmp_path_factory):
-    return _capture(tmp_path_factory, "fsdp1", 2)
-
-
-@pytest.fixture(scope="module")
-def fsdp2_w4(tmp_path_factory):
-    return _capture(tmp_path_factory, "fsdp2", 4)
-
-
 @pytest.fixture(scope="module")
 def fsdp1_w4(tmp_path_factory):
-    return _capture(tmp_path_factory, "fsdp1", 4)
+    return capture_trace(tmp_path_factory, "fsdp1", 4)
 
 
 CASES = [

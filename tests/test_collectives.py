@@ -408,17 +408,6 @@ def test_bad_input_engine_and_phase(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the real trace
 
-@pytest.fixture(scope="module")
-def fsdp2_w2(tmp_path_factory):
-    """verl's FSDP2 engine on tiny-qwen2, 2 CPU ranks, with every collective's tensors."""
-    from model.capture import capture, read_trace
-    out = tmp_path_factory.mktemp("coll-fsdp2-w2") / "trace.jsonl"
-    capture("tiny-qwen2", "fsdp2", 2, out, progress=lambda msg: None, timeout=300, record_data=True)
-    trace = read_trace(out)
-    trace["path"] = str(out)
-    return trace
-
-
 @pytest.mark.slow
 def test_fsdp2_trace_bit_for_bit_against_verl_on_golden(fsdp2_w2, capsys):
     rc, s, err = _cli_json(capsys, ["collectives", fsdp2_w2["path"], "--engine", "golden"])
@@ -465,16 +454,6 @@ def test_auto_picks_a_fastest_algorithm_on_verilator(nbytes):
         cycles = {a: row[a]["cycles"] for a in ALGORITHMS}
         assert all(row[a]["verified"] for a in ALGORITHMS)
         assert cycles[row["auto"]] <= 1.03 * min(cycles.values()), row
-
-
-@pytest.fixture(scope="module")
-def fsdp2_w4(tmp_path_factory):
-    from model.capture import capture, read_trace
-    out = tmp_path_factory.mktemp("coll-fsdp2-w4") / "trace.jsonl"
-    capture("tiny-qwen2", "fsdp2", 4, out, progress=lambda msg: None, timeout=600, record_data=True)
-    trace = read_trace(out)
-    trace["path"] = str(out)
-    return trace
 
 
 @pytest.mark.slow
