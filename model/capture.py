@@ -55,6 +55,7 @@ switched by wrapping the engine's ``forward_backward_batch``, ``forward_step``
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -172,18 +173,9 @@ def capture(model: str, strategy: str, world: int, out, bucket_mb: int = 2048, s
         out.parent.mkdir(parents=True, exist_ok=True)
         if record_data:
             trace[0]["data"] = _write_data(workdir, world, data_path(out))
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-        try:
-            with os.fdopen(fd, "w") as f:
-                for rec in trace:
-                    f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-            os.replace(tmp, out)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with _atomic(out, "w") as f:
+            for rec in trace:
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     header = trace[0]
@@ -234,18 +226,13 @@ def _merge(spec, strategy, world, bucket_mb, seed, rank_files) -> list[dict]:
     return [header, *shards, *collectives, *buckets]
 
 
-def _write_data(workdir: Path, world: int, dest: Path) -> dict:
-    """Merge the ranks' tensor files into ``dest`` (atomically); the header's ``data`` entry."""
-    import numpy as np
-    arrays = {}
-    for r in range(world):
-        with np.load(workdir / f"rank{r}.data.npz") as z:
-            arrays.update({k: z[k] for k in z.files})
+@contextlib.contextmanager
+def _atomic(dest: Path, mode: str):
+    """A file to write that appears at ``dest`` (by a rename) only once complete."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=str(dest.parent))
-    os.close(fd)
     try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+        with os.fdopen(fd, mode) as f:
+            yield f
         os.replace(tmp, dest)
     except BaseException:
         try:
@@ -253,6 +240,17 @@ def _write_data(workdir: Path, world: int, dest: Path) -> dict:
         except OSError:
             pass
         raise
+
+
+def _write_data(workdir: Path, world: int, dest: Path) -> dict:
+    """Merge the ranks' tensor files into ``dest`` (atomically); the header's ``data`` entry."""
+    import numpy as np
+    arrays = {}
+    for r in range(world):
+        with np.load(workdir / f"rank{r}.data.npz") as z:
+            arrays.update({k: z[k] for k in z.files})
+    with _atomic(dest, "wb") as f:
+        np.savez(f, **arrays)
     return {"file": dest.name, "arrays": len(arrays), "bytes": int(sum(a.nbytes for a in arrays.values()))}
 
 
