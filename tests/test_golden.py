@@ -1054,7 +1054,8 @@ class RefSystem:
 
     def copy(self, d, ch, f, fmt=None):
         """Byte by byte; a reduce copy (``fmt``) collects an element's bytes and
-        adds it once all of them translated (a fault inside it drops it)."""
+        adds it once all of them translated (every field of a reduce copy is
+        element-aligned, so a fault never falls inside an element)."""
         a = self.a
         lim = 1 << a.addr_bits
         eb = EB[fmt] if fmt else 1

@@ -138,6 +138,20 @@ def test_two_devices_reduce_into_one_with_plain_writes_beside():
     assert shared.cycles >= rtl.cycles
 
 
+def test_reduce_copy_moves_a_beat_a_cycle_like_a_plain_copy():
+    """A long remote copy_add_f32 costs what the same plain COPY costs, but for
+    the read-add-write pipeline's few cycles: one beat a cycle."""
+    from gen.sim_amaranth import run_system
+    beats = 3 * PG // 8
+    cycles = {}
+    for op in ("copy", "copy_add_f32"):
+        progs = [assemble("\n".join(["version 2"] + _maps(0) + [
+            f"{op} chan=0 ctx=0 tag=0 src=0x0 dst={REMOTE:#x} row_bytes={3 * PG} rows=1 "
+            "src_stride=0x0 dst_stride=0x0", "halt"]), "a.s"), assemble("version 1\nhalt", "b.s")]
+        cycles[op] = run_system(ARCH, progs, _memories(np.random.default_rng(5)), data_width=64).cycles
+    assert beats < cycles["copy"] <= cycles["copy_add_f32"] <= cycles["copy"] + 16, cycles
+
+
 V1, V2 = encode(Op.VERSION, version=1), encode(Op.VERSION, version=2)
 ADD = dict(chan=0, ctx=0, tag=0, src=0, dst=0x100, row_bytes=8, rows=1, src_stride=0,
            dst_stride=0)
