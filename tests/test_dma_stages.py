@@ -193,14 +193,19 @@ def test_walker_contract():
                 _, _, r, wv, wp = await ctx.tick().sample(dut.grant.ready, dut.walked.valid,
                                                           dut.walked.payload)
                 note(wv, wp)
-                if r:          # the second stage took the bubble: it holds no channel now
+                if r:          # the walker took a bubble: any channel may follow
                     last = None
                 continue
             c = rng.choice(cands)
-            op = GrantOp.CHUNK if c in walking else GrantOp.START
             ctx.set(dut.grant.valid, 1)
-            ctx.set(dut.grant.payload, dict(chan=c, op=op, desc=slot(queues[c][0])))
             while True:
+                # like the front-end, the op and descriptor follow ``walked`` while offered
+                op = (GrantOp.CHUNK if c in walking
+                      else GrantOp.START if queues[c] else GrantOp.NONE)
+                if queues[c]:
+                    ctx.set(dut.grant.payload, dict(chan=c, op=op, desc=slot(queues[c][0])))
+                else:
+                    ctx.set(dut.grant.payload.op, op)
                 _, _, r, wv, wp = await ctx.tick().sample(dut.grant.ready, dut.walked.valid,
                                                           dut.walked.payload)
                 note(wv, wp)
