@@ -3,9 +3,9 @@
 One :class:`Coprocessor` per device, a composition of stage components (one
 file each; ``==>`` a ``lib.stream``, ``-->`` plain signals)::
 
-    imem_w ==> Fetch ==insn==> Decoder ==insn+cause==> Sequencer <-- start, step_mode, step_grant
-               imem, pc        illegal checks          STOPPED/CLEAR/EXEC,  --> status, cause,
-                                                       lock-step, dispatch      step_ack
+    imem_w ==> Fetch ==insn==> Decoder ==> RegisterSlice ==insn+cause==> Sequencer <-- start, ...
+               imem, read-ahead illegal checks                 STOPPED/CLEAR/EXEC, pc --> status,
+                                                               lock-step, dispatch        cause
                              +================copy========+     |    |
                              v           +======sync============+    +=====mmu=====+
                         CopyIssue        v                                         v
@@ -13,26 +13,27 @@ file each; ``==>`` a ``lib.stream``, ``-->`` plain signals)::
              (SyncUnit,      |       FENCE SIGNAL      <==sig_in==          REMAP INVAL COMMIT
               Counters)      |       WAIT HALT, sems   --unfenced---------> ==cmd==> (MMU)
                              v       ==stop==> Sequencer                    ==stop==> Sequencer
-      beat, chan_status --> DescriptorFeeder ==desc==> (DMA)                --flush--> (DMA)
-                            queue + WriteTracker per channel, RoundRobin    --committed--> Counters
+      room, chan_status --> DescriptorFeeder ==desc==> (DMA)                --flush--> (DMA)
+                            queue per channel, RoundRobin                   --committed--> Counters
                             --done--> SyncUnit, MmuCommandUnit, copies_done
       beat, issued, committed, commit_bytes --> Counters --> cycles, chan_bytes, descriptors,
                                                              bytes_remapped
       dma_fault ==> FaultQueue ==> fault_rd; fault_overflow
 
 * :class:`~.fetch.Fetch` (``fetch.py``): instruction memory (``lib.memory``,
-  host-writable while stopped) and the program counter; the word at ``pc``
-  is on its stream in the cycle ``pc`` holds it.
+  host-writable while stopped) read ahead of execution (programs have no
+  jumps), one word a cycle, through the block RAM's register and one more.
 * :class:`~.decode.Decoder` (``decode.py``): the illegal-instruction checks,
-  in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`.
+  in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`;
+  registered by a :class:`hw.lib.RegisterSlice`, so that decoding and
+  executing an instruction are in different cycles.
 * :class:`~.sequencer.Sequencer` (``sequencer.py``): start, clear the
   previous run's leftovers, execute in order, stop; lock-step grants;
-  dispatch of each legal instruction to its unit.
+  dispatch of each legal instruction to its unit; the program counter.
 * :class:`~.issue.CopyIssue` (``issue.py``): a COPY becomes a descriptor.
-* :class:`~.feeder.DescriptorFeeder` (``feeder.py``) with a
-  :class:`~.tracker.WriteTracker` (``tracker.py``) per channel: per-channel
-  descriptor queues, round-robin into the DMA whenever the channel has a free
-  DMA slot; per-channel completion (``done``).
+* :class:`~.feeder.DescriptorFeeder` (``feeder.py``): per-channel
+  descriptor queues, round-robin into the DMA whenever the DMA has a free
+  slot for the channel (its ``room``); per-channel completion (``done``).
 * :class:`~.sync.SyncUnit` (``sync.py``): FENCE, SIGNAL, WAIT, HALT, the
   semaphores and the unfenced-channel set.
 * :class:`~.mmu_cmd.MmuCommandUnit` (``mmu_cmd.py``): REMAP, INVAL, COMMIT.

@@ -7,8 +7,6 @@ from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
 from ..lib import Queue, RoundRobin
-from .common import WriteBeatSignature, beat_bytes, descriptor_bytes_shape
-from .tracker import WriteTracker
 
 __all__ = ["DescriptorFeeder"]
 
@@ -18,11 +16,11 @@ class DescriptorFeeder(wiring.Component):
 
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
-    others). A channel *qualifies* when its queue is not empty and it has a
-    free DMA slot (its :class:`WriteTracker` says so) or it has faulted (the
-    DMA takes, and drops, anything then); the qualifying channels share
-    ``desc`` round-robin (:class:`hw.lib.RoundRobin`). An offer the DMA does
-    not take is held until it does.
+    others). A channel *qualifies* when its queue is not empty and the DMA
+    has room for its next descriptor (``room``) or it has faulted (the DMA
+    takes, and drops, anything then); the qualifying channels share ``desc``
+    round-robin (:class:`hw.lib.RoundRobin`). An offer the DMA does not take
+    is held until it does.
 
     Per channel, the descriptors taken by the DMA are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
@@ -32,12 +30,8 @@ class DescriptorFeeder(wiring.Component):
     Parameters
     ----------
     arch : :class:`hw.isa.ArchParams`
-    data_width : int
-        DMA bus width (the most bytes one write beat carries).
     depth : int
         Descriptors each channel's queue holds.
-    dma_slots : int
-        Descriptors the DMA holds per channel.
 
     Interface attributes
     --------------------
@@ -47,8 +41,8 @@ class DescriptorFeeder(wiring.Component):
         To the DMA's ``desc``.
     chan_status : ``In(ChannelStatus(arch)).array(channels)``
         From the DMA.
-    beat : ``In(WriteBeatSignature(channels, data_width))``
-        The DMA's accepted write beats.
+    room : ``In(channels)``
+        From the DMA: it would take the channel's next descriptor now.
     flush : ``In(1)``
         Discard every queued descriptor and take the DMA's completion counts
         as the new baseline (a stopped program's leftovers; the DMA's
@@ -59,17 +53,15 @@ class DescriptorFeeder(wiring.Component):
         Every queue is empty and no channel is busy or faulted.
     """
 
-    def __init__(self, arch, *, data_width, depth, dma_slots=2):
+    def __init__(self, arch, *, depth):
         self._arch = arch
-        self._data_width = data_width
         self._depth = depth
-        self._dma_slots = dma_slots
         C = arch.channels
         super().__init__({
             "w": In(stream.Signature(CopyDescriptor(arch, C))),
             "desc": Out(stream.Signature(CopyDescriptor(arch, C))),
             "chan_status": In(ChannelStatus(arch)).array(C),
-            "beat": In(WriteBeatSignature(C, data_width)),
+            "room": In(C),
             "flush": In(1),
             "done": Out(C),
             "drained": Out(1),
@@ -81,8 +73,6 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        nbytes = Signal(range(self._data_width // 8 + 1))
-        m.d.comb += nbytes.eq(beat_bytes(self.beat.be))
         fire = Signal()
         m.d.comb += fire.eq(self.desc.valid & self.desc.ready)
         hold = Signal()                  # an offer the DMA did not take: only it requests
@@ -91,9 +81,7 @@ class DescriptorFeeder(wiring.Component):
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
         w_ready, empty, busy = Signal(C), Signal(C), Signal(C)
         for c in range(C):
-            q = Queue(layout, self._depth)
-            t = WriteTracker(self._dma_slots, descriptor_bytes_shape(), self._data_width // 8)
-            m.submodules[f"queue{c}"], m.submodules[f"tracker{c}"] = q, t
+            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth)
             issued = Signal(count_shape, name=f"issued{c}")      # taken by the DMA
             feed = Signal(name=f"feed{c}")
             m.d.comb += [
@@ -102,14 +90,10 @@ class DescriptorFeeder(wiring.Component):
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(q.level == 0),
                 busy[c].eq(st[c].busy),
-                eligible[c].eq(q.r.valid & (t.taken.ready | st[c].error)),
+                eligible[c].eq(q.r.valid & (self.room[c] | st[c].error)),
                 arb.requests[c].eq(Mux(hold, hold_chan == c, eligible[c])),
                 feed.eq(fire & (arb.grant == c)),
                 q.r.ready.eq(self.flush | feed),
-                t.taken.valid.eq(feed),
-                t.taken.payload.eq(self.desc.p.rows * self.desc.p.row_bytes),
-                t.bytes.eq(Mux(self.beat.valid & (self.beat.chan == c), nbytes, 0)),
-                t.clear.eq(self.flush),
                 self.done[c].eq(empty[c] & ~st[c].busy
                                 & ((issued == st[c].done_count) | st[c].error)),
             ]

@@ -13,11 +13,20 @@ __all__ = ["Fetch"]
 
 
 class Fetch(wiring.Component):
-    """Instruction memory (``imem_words`` words of 256 bits) and the program counter.
+    """Instruction memory (``imem_words`` words of 256 bits) and the prefetcher.
 
-    The read port is addressed with the *next* program counter, so the word at
-    ``pc`` is on ``insn`` in the cycle ``pc`` holds it: an instruction that
-    retires in every cycle streams without bubbles.
+    Programs run straight through (no instruction jumps), so the fetcher reads
+    ahead of execution instead of waiting for an instruction to retire: a read
+    stage (the block RAM's own output register) and an output register, each
+    a stream stage that holds its word while the next one is full. So the
+    block RAM's slow clock-to-output and the decoder never meet in one cycle,
+    and the address never depends on what the execution units decide. A
+    stream without back-pressure gets a word every cycle; the first word of a
+    run leaves two cycles after ``run`` rises.
+
+    After the word at ``imem_words - 1``, one more word is offered with ``pc``
+    = ``imem_words`` (its contents undefined) for the decoder to stop with
+    ``PC_OVERFLOW``; then fetching stops.
 
     Parameters
     ----------
@@ -31,14 +40,11 @@ class Fetch(wiring.Component):
     imem_w : ``In(stream.Signature(ImemWrite(imem_words)))``
         Host writes; ready while neither ``rewind`` nor ``run``.
     rewind : ``In(1)``
-        Hold the program counter at word 0 (the program is being restarted).
+        Drop the words read ahead and fetch again from word 0.
     run : ``In(1)``
-        Offer the instruction at ``pc`` on ``insn``.
+        Fetch (ahead) while high.
     insn : ``Out(stream.Signature(Fetched(imem_words)))``
-        The instruction at ``pc`` (valid while ``run``); taking it moves
-        ``pc`` to the next word.
-    pc : ``Out(range(imem_words + 1))``
-        The program counter.
+        The program's words in order, each with its address.
     """
 
     def __init__(self, imem_words, program=()):
@@ -49,29 +55,34 @@ class Fetch(wiring.Component):
             "rewind": In(1),
             "run": In(1),
             "insn": Out(stream.Signature(Fetched(imem_words))),
-            "pc": Out(range(imem_words + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=self._imem_words,
-                                          init=self._program)
-        pc_next = Signal.like(self.pc)
-        with m.If(self.rewind):
-            m.d.comb += pc_next.eq(0)
-        with m.Elif(self.insn.valid & self.insn.ready):
-            m.d.comb += pc_next.eq(self.pc + 1)
-        with m.Else():
-            m.d.comb += pc_next.eq(self.pc)
-        m.d.sync += self.pc.eq(pc_next)
-
+        n = self._imem_words
+        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program)
         rp = imem.read_port(transparent_for=())
-        m.d.comb += [rp.addr.eq(pc_next), rp.en.eq(1)]
+        fetch_pc = Signal(range(n + 2))          # the next word to read
+        read_valid = Signal()                    # rp.data holds the word at read_pc
+        read_pc = Signal(range(n + 1))
+        out = self.insn
+        out_free = Signal()
+        read_free = Signal()
+        issue = Signal()
         m.d.comb += [
-            self.insn.valid.eq(self.run),
-            self.insn.p.pc.eq(self.pc),
-            self.insn.p.word.eq(rp.data),
+            out_free.eq(~out.valid | out.ready),
+            read_free.eq(~read_valid | out_free),
+            issue.eq(read_free & self.run & (fetch_pc <= n)),
+            rp.addr.eq(fetch_pc), rp.en.eq(issue),   # en low holds a word not yet moved on
         ]
+        with m.If(out_free):
+            m.d.sync += [out.valid.eq(read_valid), out.p.pc.eq(read_pc), out.p.word.eq(rp.data)]
+        with m.If(read_free):
+            m.d.sync += [read_valid.eq(issue), read_pc.eq(fetch_pc)]
+        with m.If(issue):
+            m.d.sync += fetch_pc.eq(fetch_pc + 1)
+        with m.If(self.rewind):
+            m.d.sync += [fetch_pc.eq(0), read_valid.eq(0), out.valid.eq(0)]
 
         wp = imem.write_port()
         writable = ~(self.rewind | self.run)

@@ -54,6 +54,10 @@ class Sequencer(wiring.Component):
     step : ``Out(1)``
     restart, begin : ``Out(1)``
     clearing, run : ``Out(1)``
+    pc : ``Out(range(imem_words + 1))``
+        The program counter: 0 from a start, then one past the last retired
+        instruction; so while an instruction waits or after the program
+        stopped, its address.
     drained : ``In(1)``
         The previous run's leftovers are gone (DMA idle and without errors,
         queues empty).
@@ -71,6 +75,7 @@ class Sequencer(wiring.Component):
             "blocked": In(1), "step": Out(1),
             "restart": Out(1), "begin": Out(1), "clearing": Out(1), "run": Out(1),
             "drained": In(1),
+            "pc": Out(range(imem_words + 1)),
         })
 
     def elaborate(self, platform):
@@ -98,6 +103,10 @@ class Sequencer(wiring.Component):
             ]
             taken.append(ours & port.ready)
         m.d.comb += insn.ready.eq(legal & (taken[0] | taken[1] | taken[2] | taken[3]))
+        with m.If(self.restart):
+            m.d.sync += self.pc.eq(0)
+        with m.Elif(insn.valid & insn.ready):
+            m.d.sync += self.pc.eq(insn.p.pc + 1)
 
         stop = Signal()
         stop_req = Signal(StopRequest())

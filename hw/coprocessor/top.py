@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor, DmaFault
 from ..isa import WORD_BITS, ArchParams
-from ..lib import check_bus_width, counter_shape, ctx_bits, sem_bits
+from ..lib import RegisterSlice, check_bus_width, counter_shape, ctx_bits, sem_bits
 from ..mmu import MmuCommand
-from .common import (CauseCode, ImemWrite, SignalMessage, StatusCode, WriteBeatSignature,
+from .common import (CauseCode, Decoded, ImemWrite, SignalMessage, StatusCode, WriteBeatSignature,
                      semaphore_shape)
 from .counters import Counters, commit_bytes_shape
 from .decode import Decoder
@@ -82,6 +82,8 @@ class Coprocessor(wiring.Component):
         To the DMA's ``desc``.
     chan_status : ``In(ChannelStatus(arch)).array(channels)``
         From the DMA's ``status``.
+    dma_room : ``In(channels)``
+        From the DMA's ``room``: the channel has a free descriptor slot.
     dma_clear : ``Out(channels)``
         To the DMA's ``clear``.
     dma_flush : ``Out(1)``
@@ -167,6 +169,7 @@ class Coprocessor(wiring.Component):
             "imem_w": In(stream.Signature(ImemWrite(arch.imem_words))),
             "desc": Out(stream.Signature(CopyDescriptor(arch, C))),
             "chan_status": In(ChannelStatus(arch)).array(C),
+            "dma_room": In(C),
             "dma_clear": Out(C),
             "dma_flush": Out(1),
             "dma_fault": In(stream.Signature(DmaFault(arch, C))),
@@ -204,20 +207,21 @@ class Coprocessor(wiring.Component):
         C = arch.channels
         m.submodules.fetch = fetch = Fetch(arch.imem_words, self._program)
         m.submodules.decode = decode = Decoder(arch)
+        m.submodules.decoded = decoded = RegisterSlice(Decoded(arch.imem_words))
         m.submodules.sequencer = seq = Sequencer(arch.imem_words)
         m.submodules.issue = issue = CopyIssue(arch)
-        m.submodules.feeder = feeder = DescriptorFeeder(arch, data_width=self._data_width,
-                                                        depth=self._desc_depth)
+        m.submodules.feeder = feeder = DescriptorFeeder(arch, depth=self._desc_depth)
         m.submodules.sync = sync = SyncUnit(arch)
         m.submodules.mmu_cmd = mmu = MmuCommandUnit(arch)
         m.submodules.counters = counters = Counters(arch, data_width=self._data_width,
                                                     counter_width=self._counter_width)
         m.submodules.faults = faults = FaultQueue(arch, depth=self._fault_depth)
 
-        # instructions: fetch -> decode -> sequencer -> units (-> stop requests)
+        # instructions: fetch -> decode -> (slice) -> sequencer -> units (-> stop requests)
         wiring.connect(m, wiring.flipped(self.imem_w), fetch.imem_w)
         wiring.connect(m, fetch.insn, decode.i)
-        wiring.connect(m, decode.o, seq.insn)
+        wiring.connect(m, decode.o, decoded.i)
+        wiring.connect(m, decoded.o, seq.insn)
         wiring.connect(m, seq.copy, issue.insn)
         wiring.connect(m, seq.sync, sync.insn)
         wiring.connect(m, seq.mmu, mmu.insn)
@@ -226,7 +230,7 @@ class Coprocessor(wiring.Component):
         # copies: issue -> feeder -> DMA; DMA faults -> fault queue -> host
         wiring.connect(m, issue.desc, feeder.w)
         wiring.connect(m, feeder.desc, wiring.flipped(self.desc))
-        wiring.connect(m, wiring.flipped(self.beat), feeder.beat, counters.beat)
+        wiring.connect(m, wiring.flipped(self.beat), counters.beat)
         wiring.connect(m, wiring.flipped(self.dma_fault), faults.w)
         wiring.connect(m, faults.r, wiring.flipped(self.fault_rd))
         # commands, signals
@@ -238,10 +242,11 @@ class Coprocessor(wiring.Component):
             # sequencer
             seq.start.eq(self.start), seq.step_mode.eq(self.step_mode),
             seq.step_grant.eq(self.step_grant), self.step_ack.eq(seq.step_ack),
-            self.status.eq(seq.status), self.cause.eq(seq.cause), self.pc.eq(fetch.pc),
+            self.status.eq(seq.status), self.cause.eq(seq.cause), self.pc.eq(seq.pc),
             seq.blocked.eq(sync.blocked), self.blocked.eq(sync.blocked),
             seq.drained.eq(feeder.drained & faults.empty),
-            fetch.rewind.eq(seq.clearing), fetch.run.eq(seq.run),
+            fetch.rewind.eq(seq.restart), decoded.flush.eq(seq.restart),
+            fetch.run.eq(seq.clearing | seq.run),
             issue.step.eq(seq.step), sync.step.eq(seq.step), mmu.step.eq(seq.step),
             # clearing a stopped program's leftovers
             feeder.flush.eq(seq.clearing), faults.flush.eq(seq.clearing),
@@ -254,7 +259,7 @@ class Coprocessor(wiring.Component):
             sync.issued.eq(issue.issued), mmu.unfenced.eq(sync.unfenced),
             sync.restart.eq(seq.restart), sync.quiesced.eq(self.quiesced),
             self.dma_flush.eq(mmu.flush), self.commit_ctx.eq(mmu.commit_ctx),
-            mmu.mmu_idle.eq(self.mmu_idle),
+            mmu.mmu_idle.eq(self.mmu_idle), feeder.room.eq(self.dma_room),
             # counters
             counters.restart.eq(seq.restart), counters.begin.eq(seq.begin),
             counters.running.eq(seq.clearing | seq.run), counters.issued.eq(issue.issued),

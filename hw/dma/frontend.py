@@ -48,6 +48,9 @@ class FrontEnd(wiring.Component):
         Channels that faulted: their slots are emptied and new descriptors dropped.
     busy : ``Out(channels)``
         The channel holds a descriptor or has a grant pending.
+    room : ``Out(channels)``
+        The channel's next slot is free: its next descriptor would be taken
+        now (from registers only, so a producer can choose by it).
     """
 
     def __init__(self, geometry):
@@ -58,6 +61,7 @@ class FrontEnd(wiring.Component):
             "walked": In(Event(g.chan_bits)),
             "halt": In(g.channels),
             "busy": Out(g.channels),
+            "room": Out(g.channels),
         })
 
     def elaborate(self, platform):
@@ -125,5 +129,6 @@ class FrontEnd(wiring.Component):
                              head[c].eq(~head[c])]
             with m.If(self.halt[c]):
                 m.d.sync += [walking[c].eq(0), full[c].eq(0)]
-            m.d.comb += self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c)))
+            m.d.comb += [self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c))),
+                         self.room[c].eq(~full[c].bit_select(tail[c], 1))]
         return m
