@@ -73,7 +73,7 @@ def test_bad_data_width(fmt, width):
                                              ("bf16", 64, 4), ("bf16", 256, 16)])
 def test_properties(fmt, width, lanes):
     dut = FpAdd(fmt, width)
-    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 3)
+    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 4)
     assert dut.element_width == WIDTH[fmt]
     assert dut.quiet_nan == QNAN[fmt] == FORMATS[fmt].quiet_nan
 
@@ -216,8 +216,8 @@ def test_latency_and_throughput(fmt):
     assert accepted[:12] == list(range(12))                     # one word a cycle
     assert offered[:12] == [c + dut.latency for c in accepted[:12]]
     assert [c for c in accepted if 15 <= c < 20] == []          # full: stops at once
-    assert [c for c in accepted if 30 <= c < 40] == [30, 31, 32][:dut.latency]   # fills, holds
-    assert accepted[-1] == n + 5 + 8 + 7 - 1                     # stalls and gap: 20 cycles
+    assert [c for c in accepted if 30 <= c < 40] == [30, 31, 32, 33]       # fills, holds
+    assert accepted[-1] == n + 5 + 8 + 6 - 1                     # stalls and gap: 19 cycles
     w = WIDTH[fmt]
     lanes = 64 // w
     got = [s >> (k * w) & ((1 << w) - 1) for s in taken for k in range(lanes)]

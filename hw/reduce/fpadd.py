@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .addsub import AddSub
 from .align import Align
-from .common import check_format, check_lane_width
+from .common import check_format, check_lane_width, pipeline_register
 from .layouts import AddOperands, AddResult
 from .normround import NormRound
 
@@ -18,14 +18,16 @@ class FpAdd(wiring.Component):
     """Adds two words lane by lane: ``sum[k] = a[k] + b[k]`` for each of the
     ``data_width // element bits`` elements, in IEEE 754 binary arithmetic.
 
-    Three register stages joined by streams: :class:`~.align.Align`
-    (order by magnitude, align), :class:`~.addsub.AddSub` (add or subtract
+    Four register stages joined by streams: the operand register (so
+    whatever chooses the operands, a memory's output among them, does not
+    share a cycle with the alignment), :class:`~.align.Align` (order by
+    magnitude, align), :class:`~.addsub.AddSub` (add or subtract
     significands), :class:`~.normround.NormRound` (normalize, round, pack).
 
     * **Throughput**: one word a cycle; each stage loads while it is empty or
       its payload is being taken, so under back-pressure nothing is dropped or
       repeated, and bubbles close up.
-    * **Latency**: :attr:`latency` = 3 cycles from the clock edge that accepts
+    * **Latency**: :attr:`latency` = 4 cycles from the clock edge that accepts
       a word on ``i`` to its sum offered on ``o`` (when ``o`` is not stalled).
       The pipeline holds at most :attr:`latency` words.
     * **Rounding**: round to nearest, ties to even; subnormal inputs and
@@ -59,8 +61,8 @@ class FpAdd(wiring.Component):
         ``sum``: the word of sums; ``user``: the operands' side-band.
     """
 
-    #: Register stages from ``i`` to ``o``: align, add, normalize-round.
-    STAGES = 3
+    #: Register stages from ``i`` to ``o``: operands, align, add, normalize-round.
+    STAGES = 4
 
     def __init__(self, fmt, data_width, *, user_shape=0):
         f = check_format(fmt)
@@ -91,7 +93,9 @@ class FpAdd(wiring.Component):
         m.submodules.align = align
         m.submodules.addsub = addsub
         m.submodules.normround = normround
-        wiring.connect(m, wiring.flipped(self.i), align.i)
+        operands = stream.Signature(AddOperands(f, n, user)).create(path=("operands",))
+        pipeline_register(m, self.i, operands, lambda p: [operands.p.eq(p)])
+        wiring.connect(m, operands, align.i)
         wiring.connect(m, align.o, addsub.i)
         wiring.connect(m, addsub.o, normround.i)
         wiring.connect(m, normround.o, wiring.flipped(self.o))
