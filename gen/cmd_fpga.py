@@ -83,6 +83,7 @@ def run(args) -> int:
     fmax = rep["min_fmax_mhz"]
     met = rep["timing_met"]
     fits = not rep["overflows"]
+    _print_critical_path(rep)
     verdict = "PASS" if met and fits else ("WARN" if fits and args.allow_timing_fail else "FAIL")
     print(f"{verdict}: {opts.block} on {opts.part}: {rep['lut4']} LUT4, {rep['ff']} FF, "
           f"{rep['bram_used']} BRAM, {rep['dsp_used']} DSP; Fmax {fmax} MHz (required {opts.freq_mhz:g})"
@@ -103,8 +104,17 @@ def _board(args) -> int:
     if args.json:
         json.dump(rep, sys.stdout, indent=1)
         print()
+    _print_critical_path(rep)
     print(board_verdict(rep, allow_timing_fail=args.allow_timing_fail))
     return 0 if board_passed(rep, allow_timing_fail=args.allow_timing_fail) else 1
+
+
+def _print_critical_path(rep) -> None:
+    """The worst path of each clock, on standard error (what to pipeline next)."""
+    for cp in rep.get("critical_paths", []):
+        print(f"fpga: critical path {cp['delay_ns']} ns ({cp['logic_cells']} logic cells, "
+              f"{cp['routing_ns']} ns routing): {' -> '.join(cp['cells'])}",
+              file=sys.stderr, flush=True)
 
 
 def board_passed(rep, *, allow_timing_fail=False) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -203,6 +204,7 @@ class Implementation:
     constraint_mhz: dict = field(default_factory=dict)
     lut4: int = 0
     ff: int = 0
+    critical_paths: list = field(default_factory=list)   # see critical_path_summary
 
     @property
     def timing_met(self) -> bool:
@@ -241,9 +243,31 @@ class Implementation:
         return d
 
 
+def critical_path_summary(path: dict) -> dict:
+    """One of nextpnr's ``critical_paths`` in a form a designer reads: its
+    clock edges, total delay, logic and routing shares, and the cells it
+    passes in order (each name once, without the LUT-mapping suffixes Yosys
+    appends after the first ``_``-separated cell-type token)."""
+    segs = path.get("path", [])
+    cells = []
+    for seg in segs:
+        for end in ("from", "to"):
+            name = seg.get(end, {}).get("cell", "")
+            short = re.split(r"_(?:LUT4|TRELLIS|CCU2C|PFUMX|L6MUX21|DP16KD|MULT18X18D|"
+                             r"SB_|DPR16X4)", name)[0]
+            if short and (not cells or cells[-1] != short):
+                cells.append(short)
+    logic = sum(s_["delay"] for s_ in segs if s_.get("type") != "routing")
+    total = sum(s_["delay"] for s_ in segs)
+    return {"from": path.get("from", ""), "to": path.get("to", ""), "delay_ns": round(total, 2),
+            "logic_ns": round(logic, 2), "routing_ns": round(total - logic, 2),
+            "logic_cells": sum(1 for s_ in segs if s_.get("type") == "logic"), "cells": cells}
+
+
 def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> Implementation:
     """Parse nextpnr's ``--report`` JSON (``utilization``: per BEL type
-    ``used``/``available``; ``fmax``: per clock ``achieved``/``constraint``)."""
+    ``used``/``available``; ``fmax``: per clock ``achieved``/``constraint``;
+    ``critical_paths``: summarised by :func:`critical_path_summary`)."""
     rep = json.loads(Path(path).read_text())
     util = rep.get("utilization", {})
     fmax = rep.get("fmax", {})
@@ -253,7 +277,8 @@ def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> 
         available={k: v["available"] for k, v in util.items() if v.get("used")},
         fmax_mhz={k: round(v["achieved"], 2) for k, v in fmax.items()},
         constraint_mhz={k: round(v["constraint"], 2) for k, v in fmax.items()},
-        lut4=lut4, ff=ff)
+        lut4=lut4, ff=ff,
+        critical_paths=[critical_path_summary(p) for p in rep.get("critical_paths", [])])
 
 
 def _yosys_cells(stat_text: str, kind: str) -> int:
