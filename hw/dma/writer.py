@@ -3,7 +3,7 @@ and reports faults."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib import counter_shape
@@ -27,8 +27,9 @@ class Writer(wiring.Component):
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
     waits for it to be taken; an ``EMPTY`` command passes in a cycle. Every
-    command leaving the writer is reported on ``retire`` (a ``DATA`` command
-    with its last beat), every accepted beat on ``beat``.
+    command leaving the writer (a ``DATA`` command with its last beat) is
+    reported on ``retire`` in the next cycle, every accepted beat on ``beat``
+    in its cycle.
 
     Parameters
     ----------
@@ -57,86 +58,127 @@ class Writer(wiring.Component):
             "ack_full": In(g.channels),
         })
 
+    def _layouts(self):
+        """The decoded next command (each field one adder or a few LUTs from the
+        queue's output), and the command being written (counters and masks)."""
+        g = self._g
+        B, LW = g.bytes_per_word, g.len_bits
+        masks = {"shift": range(B + 1), "be_first": B, "be_last": B}
+        dec = data.StructLayout({
+            "cmd": Command(g), "addr": g.mem_addr_width,
+            "end_s": LW + 1, "end_d": LW + 1,       # ``src % B + len``, ``dst % B + len``
+            "s_after_d": 1, **masks,                # ``src % B > dst % B``
+        })
+        cur = data.StructLayout({
+            "cmd": Command(g), "addr": g.mem_addr_width,
+            "beats": counter_shape(g.burst_len),       # beats left
+            "words": counter_shape(g.burst_len + 1),   # words left to take
+            "take_first": 1,                           # the first word is still to be taken
+            **masks,
+        })
+        return dec, cur
+
     def elaborate(self, platform):
         m = Module()
         g = self._g
         B, wb, W = g.bytes_per_word, g.word_bits, g.data_width
         ones = Const((1 << B) - 1, B)
 
-        cur = Signal(Command(g))          # the command being written
+        # the next command, decoded a cycle ahead (off the queue's LUT RAM read)
+        dec_layout, cur_layout = self._layouts()
+        dec_valid, dec = Signal(), Signal(dec_layout)
+        cur = Signal(cur_layout)          # the command being written
         held = Signal()
-        addr = Signal(g.mem_addr_width)
-        shift = Signal(range(B + 1))
-        take_first = Signal()             # the first word is still to be taken
+        load = Signal()                   # ``cur`` takes ``dec``
+        self._decode(m, dec_valid, dec, load)
         first = Signal()
-        beats = Signal(counter_shape(g.burst_len))       # beats left
-        words = Signal(counter_shape(g.burst_len + 1))   # words left to take
-        be_first = Signal(B)
-        be_last = Signal(B)
         prev = Signal(W)
         is_data = Signal()
-        m.d.comb += is_data.eq(held & (cur.kind == CmdKind.DATA))
+        m.d.comb += is_data.eq(held & (cur.cmd.kind == CmdKind.DATA))
 
         need = Signal()                   # the beat needs the head word
         fire = Signal()
         m.d.comb += [
-            need.eq((beats != 1) | (words != 0)),
-            self.wr.valid.eq(is_data & ~take_first & (~need | self.data.valid)
-                             & ~self.ack_full.bit_select(cur.chan, 1)),
+            need.eq((cur.beats != 1) | (cur.words != 0)),
+            self.wr.valid.eq(is_data & ~cur.take_first & (~need | self.data.valid)
+                             & ~self.ack_full.bit_select(cur.cmd.chan, 1)),
             fire.eq(self.wr.valid & self.wr.ready),
-            self.wr.p.dev.eq(cur.body.move.dev),
-            self.wr.p.addr.eq(addr),
-            self.wr.p.chan.eq(cur.chan), self.wr.p.op.eq(cur.op),
-            self.wr.p.data.eq((Cat(prev, self.data.p) >> (shift * 8))[:W]),
-            self.wr.p.be.eq(Mux(first, be_first, ones) & Mux(beats == 1, be_last, ones)),
-            self.beat.valid.eq(fire), self.beat.payload.eq(cur.chan),
+            self.wr.p.dev.eq(cur.cmd.body.move.dev),
+            self.wr.p.addr.eq(cur.addr),
+            self.wr.p.chan.eq(cur.cmd.chan), self.wr.p.op.eq(cur.cmd.op),
+            self.wr.p.data.eq((Cat(prev, self.data.p) >> (cur.shift * 8))[:W]),
+            self.wr.p.be.eq(Mux(first, cur.be_first, ones) & Mux(cur.beats == 1, cur.be_last, ones)),
+            self.beat.valid.eq(fire), self.beat.payload.eq(cur.cmd.chan),
         ]
-        with m.If(is_data & take_first):
+        with m.If(is_data & cur.take_first):
             m.d.comb += self.data.ready.eq(1)
             with m.If(self.data.valid):
-                m.d.sync += [prev.eq(self.data.p), words.eq(words - 1), take_first.eq(0)]
+                m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1),
+                             cur.take_first.eq(0)]
         with m.If(fire):
-            m.d.sync += [beats.eq(beats - 1), addr.eq(addr + 1), first.eq(0)]
+            m.d.sync += [cur.beats.eq(cur.beats - 1), cur.addr.eq(cur.addr + 1), first.eq(0)]
             with m.If(need):
                 m.d.comb += self.data.ready.eq(1)
-                m.d.sync += [prev.eq(self.data.p), words.eq(words - 1)]
+                m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1)]
 
-        # faults and retirement
-        f = cur.body.fault
-        m.d.comb += [
-            self.fault.valid.eq(held & (cur.kind == CmdKind.FAULT)),
-            self.fault.p.chan.eq(cur.chan), self.fault.p.ctx.eq(f.ctx),
-            self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
-            self.retire.payload.chan.eq(cur.chan), self.retire.payload.kind.eq(cur.kind),
-            self.retire.payload.last.eq(cur.last), self.retire.payload.tag.eq(cur.tag),
-            self.retire.payload.va.eq(f.va), self.retire.payload.cause.eq(f.cause),
-        ]
-        with m.Switch(cur.kind):
-            with m.Case(CmdKind.DATA):
-                m.d.comb += self.retire.valid.eq(fire & (beats == 1))
-            with m.Case(CmdKind.EMPTY):
-                m.d.comb += self.retire.valid.eq(held)
-            with m.Case(CmdKind.FAULT):
-                m.d.comb += self.retire.valid.eq(self.fault.valid & self.fault.ready)
-        with m.If(self.retire.valid):
-            m.d.sync += held.eq(0)
-
-        # the next command
-        c = self.cmd.p
-        mv = c.body.move
-        s = Signal(wb + 1)
-        d = Signal(wb + 1)
-        end = Signal(wb)
-        m.d.comb += [s.eq(mv.src[:wb]), d.eq(mv.dst[:wb]), end.eq(mv.dst[:wb] + mv.len - 1),
-                     self.cmd.ready.eq(~held | self.retire.valid)]
-        with m.If(self.cmd.valid & self.cmd.ready):
+        retiring = self._retire(m, cur.cmd, held, fire & (cur.beats == 1))
+        m.d.comb += load.eq(~held | retiring)
+        with m.If(load):
             m.d.sync += [
-                held.eq(1), cur.eq(c), addr.eq(mv.dst[wb:]), first.eq(1),
-                beats.eq(((d + mv.len - 1) >> wb) + 1),
-                words.eq(((s + mv.len - 1) >> wb) + ~c.reuse),
-                take_first.eq((s > d) & ~c.reuse),
-                shift.eq(Mux(s > d, s - d, B + s - d)),
-                be_first.eq(ones << d),
-                be_last.eq(ones >> (~end)[:wb]),
+                held.eq(dec_valid), first.eq(1),
+                cur.cmd.eq(dec.cmd), cur.addr.eq(dec.addr), cur.shift.eq(dec.shift),
+                cur.be_first.eq(dec.be_first), cur.be_last.eq(dec.be_last),
+                # ceil(end / B) beats and words, less the reused word
+                cur.beats.eq((dec.end_d + (B - 1)) >> wb),
+                cur.words.eq((dec.end_s + Mux(dec.cmd.reuse, -1, B - 1)) >> wb),
+                cur.take_first.eq(dec.s_after_d & ~dec.cmd.reuse),
             ]
         return m
+
+    def _decode(self, m, dec_valid, dec, load):
+        """Take the next command into ``dec``: the ends of its source and destination
+        bytes in their first word, the shift, and the first and last byte enables."""
+        g = self._g
+        B, wb = g.bytes_per_word, g.word_bits
+        ones = Const((1 << B) - 1, B)
+        c = self.cmd.p
+        mv = c.body.move
+        end_d = Signal(g.len_bits + 1)
+        diff = Signal(wb)
+        m.d.comb += [end_d.eq(mv.dst[:wb] + mv.len), diff.eq(mv.src[:wb] - mv.dst[:wb]),
+                     self.cmd.ready.eq(~dec_valid | load)]
+        with m.If(self.cmd.ready):
+            m.d.sync += [
+                dec_valid.eq(self.cmd.valid), dec.cmd.eq(c), dec.addr.eq(mv.dst[wb:]),
+                dec.end_s.eq(mv.src[:wb] + mv.len), dec.end_d.eq(end_d),
+                dec.s_after_d.eq(mv.src[:wb] > mv.dst[:wb]),
+                # (s - d) mod B, with 0 as B (the window's high word in full)
+                dec.shift.eq(Cat(diff, diff == 0)),
+                dec.be_first.eq(ones << mv.dst[:wb]),
+                # the last beat's lanes below ``end_d % B`` (all when that is 0)
+                dec.be_last.eq(Mux(end_d[:wb] == 0, ones, ~(ones << end_d[:wb]))),
+            ]
+
+    def _retire(self, m, cmd, held, last_beat):
+        """Fault records and retirement; returns "the command leaves in this cycle"."""
+        f = cmd.body.fault
+        m.d.comb += [
+            self.fault.valid.eq(held & (cmd.kind == CmdKind.FAULT)),
+            self.fault.p.chan.eq(cmd.chan), self.fault.p.ctx.eq(f.ctx),
+            self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
+        ]
+        retiring = Signal()
+        with m.Switch(cmd.kind):
+            with m.Case(CmdKind.DATA):
+                m.d.comb += retiring.eq(last_beat)
+            with m.Case(CmdKind.EMPTY):
+                m.d.comb += retiring.eq(held)
+            with m.Case(CmdKind.FAULT):
+                m.d.comb += retiring.eq(self.fault.valid & self.fault.ready)
+        # ``retire`` is registered: the accounting then starts from flip-flops, and
+        # the command still counts as in flight (busy) in between
+        rp = self.retire.payload
+        m.d.sync += [self.retire.valid.eq(retiring),
+                     rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
+                     rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause)]
+        return retiring
