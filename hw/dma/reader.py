@@ -3,7 +3,7 @@ queue."""
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib import Queue, counter_shape
@@ -81,33 +81,45 @@ class Reader(wiring.Component):
             with m.If(left == 1):
                 m.d.sync += busy.eq(0)
 
-        # the next command, taken as the last read of the current one issues
+        # the next command, decoded a cycle ahead (off the queue's LUT RAM read), and
+        # started as the last read of the current one issues
+        dec_valid = Signal()
+        dec = Signal(data.StructLayout({"cmd": Command(g), "extra": counter_shape(most - 1)}))
+        self._decode(m, dec_valid, dec)
+        free = Signal()
+        take = Signal()
+        mv = dec.cmd.body.move
+        m.d.comb += [
+            free.eq(~busy | (issue & (left == 1))),
+            self.cmd_out.valid.eq(dec_valid & free),
+            self.cmd_out.p.eq(dec.cmd),
+            take.eq(self.cmd_out.valid & self.cmd_out.ready),
+            self.cmd.ready.eq(~dec_valid | take),
+        ]
+        with m.If(take & (dec.cmd.kind == CmdKind.DATA)):
+            # (a reused word may be all the command needs: then nothing to read)
+            m.d.sync += [busy.eq(~dec.cmd.reuse | (dec.extra != 0)),
+                         left.eq(dec.extra + ~dec.cmd.reuse)]
+            # after the previous command, ``addr`` is the word after its last:
+            # where a command that reuses that last word continues
+            with m.If(~dec.cmd.reuse):
+                m.d.sync += addr.eq(mv.src[wb:])
+        return m
+
+    def _decode(self, m, dec_valid, dec):
+        """Take the next command into ``dec``: mark ``reuse`` and count the words
+        after its first."""
+        wb = self._g.word_bits
         c = self.cmd.p
         mv = c.body.move
         last_data = Signal()                 # the previous command moved data
-        last_chan = Signal(g.chan_bits)
-        reuse = Signal()
-        extra = Signal(counter_shape(most - 1))    # words after the first
-        words = Signal(counter_shape(most))        # words to read
-        free = Signal()
-        m.d.comb += [
-            reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data & (last_chan == c.chan)
-                     & (mv.src[:wb] > mv.dst[:wb])),
-            extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
-            words.eq(extra + ~reuse),
-            free.eq(~busy | (issue & (left == 1))),
-            self.cmd_out.valid.eq(self.cmd.valid & free),
-            self.cmd_out.p.eq(c),
-            self.cmd_out.p.reuse.eq(reuse),
-            self.cmd.ready.eq(free & self.cmd_out.ready),
-        ]
+        last_chan = Signal(self._g.chan_bits)
+        with m.If(self.cmd.ready):
+            m.d.sync += [
+                dec_valid.eq(self.cmd.valid), dec.cmd.eq(c),
+                dec.cmd.reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data
+                                 & (last_chan == c.chan) & (mv.src[:wb] > mv.dst[:wb])),
+                dec.extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
+            ]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [last_data.eq(c.kind == CmdKind.DATA), last_chan.eq(c.chan)]
-            with m.If(c.kind == CmdKind.DATA):
-                # (a reused word may be all the command needs: then nothing to read)
-                m.d.sync += [busy.eq(~reuse | (extra != 0)), left.eq(words)]
-                # after the previous command, ``addr`` is the word after its last:
-                # where a command that reuses that last word continues
-                with m.If(~reuse):
-                    m.d.sync += addr.eq(mv.src[wb:])
-        return m
