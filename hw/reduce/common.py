@@ -83,7 +83,11 @@ def pipeline_register(m, i, o, compute):
     """
     load = ~o.valid | o.ready
     m.d.comb += i.ready.eq(load)
+    # ``compute`` runs outside the enable: the combinational logic it adds
+    # must not depend on ``load`` (which comes late, from ``o.ready``), only
+    # the register's enable does
+    update = compute(i.payload)
     with m.If(load):
         m.d.sync += o.valid.eq(i.valid)
         with m.If(i.valid):
-            m.d.sync += compute(i.payload)
+            m.d.sync += update
