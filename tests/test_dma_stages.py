@@ -5,6 +5,8 @@ order; a payload offered and not taken stays offered unchanged), against a
 plain-Python model of what the stage must produce."""
 import random
 
+import pytest
+
 from hw.dma import DmaGeometry
 from hw.dma.completion import Completion
 from hw.dma.frontend import FrontEnd
@@ -149,12 +151,14 @@ def split_chunks(g, d):
     return out
 
 
-def test_walker_contract():
+@pytest.mark.parametrize("width, burst_len", [(32, 8), (64, 2), (32, 256)])
+def test_walker_contract(width, burst_len):
     """Chunks cut at rows, source pages and destination burst windows, in
     order per channel, with first/cont/last/empty right; stable under
-    back-pressure; ``walked`` once per descriptor."""
+    back-pressure; ``walked`` once per descriptor. (Bursts of 8 words leave
+    32 windows a page, of 2 words 64, of 256 words one.)"""
     rng = random.Random(2)
-    g = geometry(width=32, burst_len=8)
+    g = geometry(width=width, burst_len=burst_len)
     dut = Walker(g)
     C = g.channels
     descs = {c: [] for c in range(C)}

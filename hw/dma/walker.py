@@ -2,7 +2,7 @@
 burst edges."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -68,18 +68,35 @@ class Walker(wiring.Component):
     def _layouts(self):
         g = self._g
         A, LW = g.addr_bits, g.len_bits
-        # position (written for every chunk) and row state (written when a row ends)
+        # position (written for every chunk) and row state (written when a row ends).
         # ``room_s``/``room_d``: bytes to the source page end (capped at a burst) and to
-        # the destination burst end; ``short``: ``row_left`` fits a chunk length
+        # the destination burst end; ``win_s``: bytes to the source burst window end;
+        # ``short``: ``row_left`` fits a chunk length; ``last_row``: no row after this
         pos = data.StructLayout({"cur_s": A, "cur_d": A, "row_left": g.row_bits,
-                                 "short": 1, "room_s": LW, "room_d": LW,
+                                 "short": 1, "room_s": LW, "room_d": LW, "win_s": LW,
                                  "fresh": 1, "row_start": 1})
-        row = data.StructLayout({"row_s": A, "row_d": A, "rows_left": g.rows_bits})
+        row = data.StructLayout({"row_s": A, "row_d": A, "rows_left": g.rows_bits,
+                                 "last_row": 1})
         # a grant with its walk state (stage 2), and with its chunk cut (stage 3)
         held = {"chan": g.chan_bits, "op": GrantOp, "desc": Grant(g)["desc"].shape,
                 "pos": pos, "row": row}
-        cut = data.StructLayout({**held, "len": LW, "row_end": 1, "desc_end": 1, "ends": 1})
+        # ``nxt``: the next row's start and flags, ready in case this row ends;
+        # ``near``: ``row_left`` is less than two chunk-length ranges; ``in_last``,
+        # ``in_2nd_last``: the source is in its page's last, second-to-last burst window
+        nxt = data.StructLayout({"s": A, "d": A, "short": 1, "last_row": 1})
+        cut = data.StructLayout({**held, "len": LW, "row_end": 1, "desc_end": 1, "ends": 1,
+                                 "emits": 1, "writes": 1, "near": 1, "in_last": 1,
+                                 "in_2nd_last": 1, "nxt": nxt})
         return pos, row, data.StructLayout(held), cut
+
+    def _rooms(self, addr):
+        """(``room_s``, ``win_s``) at a source address. As a burst fits in the smallest
+        page, the page end is nearer than a burst only in the page's last burst window,
+        and then it is that window's end."""
+        g = self._g
+        bb, pb = g.burst_bits, g.page_bits
+        win = g.burst_bytes - addr[:bb]
+        return Mux(addr[bb:pb].all() if pb > bb else 1, win, g.burst_bytes), win
 
     def elaborate(self, platform):
         m = Module()
@@ -105,57 +122,83 @@ class Walker(wiring.Component):
         gr = self.grant.p
         # a stale grant of a channel whose descriptor ends now waits a cycle
         stale = Signal()
+        # the third stage writes this channel back now (a halted channel's write is
+        # not made, but then its grant is dropped too: taking it anyway keeps this
+        # select off the halt and back-pressure logic)
+        fwd = Signal()
         m.d.comb += [
             pos_r.addr.eq(gr.chan), row_r.addr.eq(gr.chan),
             stale.eq(v3 & s3.ends & (s3.chan == gr.chan)),
+            fwd.eq(v3 & s3.writes & (s3.chan == gr.chan)),
             self.grant.ready.eq(adv & ~stale),
         ]
         with m.If(adv):
             m.d.sync += [v2.eq(self.grant.valid & ~stale), s2.chan.eq(gr.chan),
                          s2.op.eq(gr.op), s2.desc.eq(gr.desc)]
-            with m.If(pos_w.en & (pos_w.addr == gr.chan)):
+            with m.If(fwd):
                 m.d.sync += s2.pos.eq(pos_w.data)
             with m.Else():
                 m.d.sync += s2.pos.eq(pos_r.data)
-            with m.If(gr.op == GrantOp.START):
-                m.d.sync += [s2.row.row_s.eq(gr.desc.src0), s2.row.row_d.eq(gr.desc.dst0),
-                             s2.row.rows_left.eq(gr.desc.rows)]
-            with m.Elif(row_w.en & (row_w.addr == gr.chan)):
+            with m.If(fwd & s3.row_end):
                 m.d.sync += s2.row.eq(row_w.data)
             with m.Else():
                 m.d.sync += s2.row.eq(row_r.data)
 
     def _cut(self, m, v2, s2, v3, s3, adv):
-        """Stage 2: the chunk length, and whether it ends the row and the descriptor."""
-        LW = self._g.len_bits
+        """Stage 2: the chunk length, and whether it ends the row and the
+        descriptor; beside it, the next row's start (used if the row ends). A
+        ``START`` takes its row state (row -1) from the descriptor here, off the
+        front-end's paths."""
+        g = self._g
+        LW, bb, pb = g.len_bits, g.burst_bits, g.page_bits
         p = s2.pos
         starting = s2.op == GrantOp.START
+        row = Signal.like(s2.row)
         row_end = Signal()
         desc_end = Signal()
+        nxt_s = Signal(g.addr_bits)
+        nxt_d = Signal(g.addr_bits)
         m.d.comb += [
+            row.eq(s2.row),
             row_end.eq(p.short & (p.row_left[:LW] <= p.room_s) & (p.row_left[:LW] <= p.room_d)),
-            desc_end.eq(starting | (row_end & (s2.row.rows_left == 0))),
+            desc_end.eq(starting | (row_end & s2.row.last_row)),
+            nxt_s.eq(row.row_s + s2.desc.src_stride),
+            nxt_d.eq(row.row_d + s2.desc.dst_stride),
         ]
+        with m.If(starting):
+            m.d.comb += [row.row_s.eq(s2.desc.src0), row.row_d.eq(s2.desc.dst0),
+                         row.rows_left.eq(s2.desc.rows)]
+        win_index = p.cur_s[bb:pb] if pb > bb else Const(0, 1)
         with m.If(adv):
             m.d.sync += [
                 v3.eq(v2), s3.chan.eq(s2.chan), s3.op.eq(s2.op), s3.desc.eq(s2.desc),
-                s3.pos.eq(p), s3.row.eq(s2.row),
+                s3.pos.eq(p), s3.row.eq(row),
                 s3.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
                 s3.row_end.eq(starting | row_end),
                 s3.desc_end.eq(desc_end),
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
                 s3.ends.eq(Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
+                s3.emits.eq((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty)),
+                s3.writes.eq(s2.op != GrantOp.NONE),
+                s3.near.eq(p.row_left[LW:] == 1),
+                s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
+                s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
+                s3.nxt.s.eq(nxt_s), s3.nxt.d.eq(nxt_d),
+                s3.nxt.short.eq(s2.desc.row_bytes[LW:] == 0),
+                # (both compares beside the ``START`` select, not after it)
+                s3.nxt.last_row.eq(Mux(starting, s2.desc.rows == 1, s2.row.rows_left == 1)),
             ]
 
     def _write_back(self, m, pos_w, row_w, v3, s3, adv):
-        """Stage 3: write the walk state back and emit the chunk."""
+        """Stage 3: write the walk state back and emit the chunk. Every new value
+        is one short step from a register: the next row's start was added up in
+        stage 2, and the rooms shrink by the length (wrapping to a full burst)."""
         g = self._g
         A, LW, bb, pb = g.addr_bits, g.len_bits, g.burst_bits, g.page_bits
         live = Signal()
         m.d.comb += [
             live.eq(v3 & ~self.halt.bit_select(s3.chan, 1)),
-            self.chunk.valid.eq(live & ((s3.op == GrantOp.CHUNK)
-                                        | ((s3.op == GrantOp.START) & s3.desc.empty))),
+            self.chunk.valid.eq(live & s3.emits),
             adv.eq(~self.chunk.valid | self.chunk.ready),
         ]
         ch = self.chunk.p
@@ -165,33 +208,41 @@ class Walker(wiring.Component):
             ch.last.eq(s3.desc_end), ch.empty.eq(s3.op == GrantOp.START),
             ch.first.eq(s3.pos.fresh), ch.cont.eq(~s3.pos.row_start), ch.op.eq(s3.desc.op),
         ]
-        nxt_s = Signal(A)
-        nxt_d = Signal(A)
-        new_s = Signal(A)
-        new_d = Signal(A)
-        row_left = Signal(g.row_bits)
+        p, n = s3.pos, s3.nxt
+        on_s = Signal(A)            # the positions after the chunk, within the row
+        step_s = Signal(bb + 1)     # the source's offset in its burst window, plus the length
+        on_d = Signal(A)
+        left = Signal(LW + 1)       # ``row_left``'s low part less the length, with borrow
+        win_s = Signal(bb)          # (room - length) modulo a burst
+        win_d = Signal(bb)
         m.d.comb += [
-            nxt_s.eq(s3.row.row_s + s3.desc.src_stride),
-            nxt_d.eq(s3.row.row_d + s3.desc.dst_stride),
-            new_s.eq(Mux(s3.row_end, nxt_s, s3.pos.cur_s + s3.len)),
-            new_d.eq(Mux(s3.row_end, nxt_d, s3.pos.cur_d + s3.len)),
+            on_s.eq(p.cur_s + s3.len), on_d.eq(p.cur_d + s3.len),
+            step_s.eq(p.cur_s[:bb] + s3.len),
+            left.eq(p.row_left[:LW] - s3.len),
+            win_s.eq(p.win_s - s3.len), win_d.eq(p.room_d - s3.len),
+        ]
+        w = pos_w.data
+        with m.If(s3.row_end):
+            room_s, win_s0 = self._rooms(n.s)
+            m.d.comb += [w.cur_s.eq(n.s), w.cur_d.eq(n.d), w.row_left.eq(s3.desc.row_bytes),
+                         w.short.eq(n.short), w.room_s.eq(room_s), w.win_s.eq(win_s0),
+                         w.room_d.eq(g.burst_bytes - n.d[:bb])]
+        with m.Else():
+            # the source is in the page's last burst window if it was, or it crosses
+            # into it from the window before (decided in stage 2, off this adder)
+            last_win = Mux(step_s[bb], s3.in_2nd_last, s3.in_last) if pb > bb else 1
+            m.d.comb += [w.cur_s.eq(on_s), w.cur_d.eq(on_d), w.row_left.eq(p.row_left - s3.len),
+                         w.short.eq(p.short | (s3.near & left[LW])),
+                         w.win_s.eq(Cat(win_s, win_s == 0)),
+                         w.room_s.eq(Mux(last_win, Cat(win_s, win_s == 0), g.burst_bytes)),
+                         w.room_d.eq(Cat(win_d, win_d == 0))]
+        m.d.comb += [
             pos_w.addr.eq(s3.chan), row_w.addr.eq(s3.chan),
-            pos_w.data.cur_s.eq(new_s), pos_w.data.cur_d.eq(new_d),
-            # As a burst fits in the smallest page, the source page end is nearer
-            # than a burst only in the page's last burst window, and then it is
-            # that window's end.
-            pos_w.data.room_s.eq(g.burst_bytes - Mux(
-                new_s[bb:pb].all() if pb > bb else 1, new_s[:bb], 0)),
-            pos_w.data.room_d.eq(g.burst_bytes - new_d[:bb]),
-            row_left.eq(Mux(s3.row_end, s3.desc.row_bytes, s3.pos.row_left - s3.len)),
-            pos_w.data.row_left.eq(row_left),
-            pos_w.data.short.eq(row_left[LW:] == 0),
-            pos_w.data.fresh.eq(s3.op == GrantOp.START),
-            pos_w.data.row_start.eq(s3.row_end),
-            row_w.data.row_s.eq(nxt_s), row_w.data.row_d.eq(nxt_d),
-            row_w.data.rows_left.eq(s3.row.rows_left - 1),
-            pos_w.en.eq(live & (s3.op != GrantOp.NONE) & adv),
-            row_w.en.eq(live & (s3.op != GrantOp.NONE) & adv & s3.row_end),
+            w.fresh.eq(s3.op == GrantOp.START), w.row_start.eq(s3.row_end),
+            row_w.data.row_s.eq(n.s), row_w.data.row_d.eq(n.d),
+            row_w.data.rows_left.eq(s3.row.rows_left - 1), row_w.data.last_row.eq(n.last_row),
+            pos_w.en.eq(live & s3.writes & adv),
+            row_w.en.eq(live & s3.writes & adv & s3.row_end),
             self.walked.valid.eq(live & adv & s3.ends),
             self.walked.payload.eq(s3.chan),
             self.issued.valid.eq(self.chunk.valid & self.chunk.ready),
