@@ -73,7 +73,6 @@ class Writer(wiring.Component):
             "cmd": Command(g), "addr": g.mem_addr_width,
             "beats": counter_shape(g.burst_len),       # beats left
             "words": counter_shape(g.burst_len + 1),   # words left to take
-            "take_first": 1,                           # the first word is still to be taken
             **masks,
         })
         return dec, cur
@@ -81,59 +80,80 @@ class Writer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self._g
-        B, wb, W = g.bytes_per_word, g.word_bits, g.data_width
+        B, W = g.bytes_per_word, g.data_width
         ones = Const((1 << B) - 1, B)
 
         # the next command, decoded a cycle ahead (off the queue's LUT RAM read)
         dec_layout, cur_layout = self._layouts()
         dec_valid, dec = Signal(), Signal(dec_layout)
         cur = Signal(cur_layout)          # the command being written
-        held = Signal()
         load = Signal()                   # ``cur`` takes ``dec``
         self._decode(m, dec_valid, dec, load)
-        first = Signal()
+        # what the command does next, in flip-flops, so that a beat's go-ahead and
+        # the next command's load are a few LUTs deep
+        st = Signal(data.StructLayout({
+            "held": 1, "first": 1,
+            "wants_first": 1,             # DATA: the first word is still to be taken
+            "beat_ok": 1,                 # DATA: beats may go
+            "last": 1,                    # the next beat is the command's last
+            "need": 1,                    # the next beat takes the head word of ``data``
+            "empty": 1, "fault": 1,       # an EMPTY or a FAULT command is held
+        }))
         prev = Signal(W)
-        is_data = Signal()
-        m.d.comb += is_data.eq(held & (cur.cmd.kind == CmdKind.DATA))
-
-        need = Signal()                   # the beat needs the head word
         fire = Signal()
         m.d.comb += [
-            need.eq((cur.beats != 1) | (cur.words != 0)),
-            self.wr.valid.eq(is_data & ~cur.take_first & (~need | self.data.valid)
+            self.wr.valid.eq(st.beat_ok & (~st.need | self.data.valid)
                              & ~self.ack_full.bit_select(cur.cmd.chan, 1)),
             fire.eq(self.wr.valid & self.wr.ready),
             self.wr.p.dev.eq(cur.cmd.body.move.dev),
             self.wr.p.addr.eq(cur.addr),
             self.wr.p.chan.eq(cur.cmd.chan), self.wr.p.op.eq(cur.cmd.op),
             self.wr.p.data.eq((Cat(prev, self.data.p) >> (cur.shift * 8))[:W]),
-            self.wr.p.be.eq(Mux(first, cur.be_first, ones) & Mux(cur.beats == 1, cur.be_last, ones)),
+            self.wr.p.be.eq(Mux(st.first, cur.be_first, ones) & Mux(st.last, cur.be_last, ones)),
             self.beat.valid.eq(fire), self.beat.payload.eq(cur.cmd.chan),
         ]
-        with m.If(is_data & cur.take_first):
+        with m.If(st.wants_first):
             m.d.comb += self.data.ready.eq(1)
             with m.If(self.data.valid):
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1),
-                             cur.take_first.eq(0)]
+                             st.wants_first.eq(0), st.beat_ok.eq(1),
+                             st.need.eq(~st.last | (cur.words != 1))]
         with m.If(fire):
-            m.d.sync += [cur.beats.eq(cur.beats - 1), cur.addr.eq(cur.addr + 1), first.eq(0)]
-            with m.If(need):
+            m.d.sync += [cur.beats.eq(cur.beats - 1), cur.addr.eq(cur.addr + 1),
+                         st.first.eq(0), st.last.eq(cur.beats == 2),
+                         st.need.eq((cur.beats != 2) | Mux(st.need, cur.words != 1,
+                                                           cur.words != 0))]
+            with m.If(st.need):
                 m.d.comb += self.data.ready.eq(1)
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1)]
 
-        retiring = self._retire(m, cur.cmd, held, fire & (cur.beats == 1))
-        m.d.comb += load.eq(~held | retiring)
+        retiring = self._retire(m, cur.cmd, st, fire & st.last)
+        m.d.comb += load.eq(~st.held | retiring)
         with m.If(load):
-            m.d.sync += [
-                held.eq(dec_valid), first.eq(1),
-                cur.cmd.eq(dec.cmd), cur.addr.eq(dec.addr), cur.shift.eq(dec.shift),
-                cur.be_first.eq(dec.be_first), cur.be_last.eq(dec.be_last),
-                # ceil(end / B) beats and words, less the reused word
-                cur.beats.eq((dec.end_d + (B - 1)) >> wb),
-                cur.words.eq((dec.end_s + Mux(dec.cmd.reuse, -1, B - 1)) >> wb),
-                cur.take_first.eq(dec.s_after_d & ~dec.cmd.reuse),
-            ]
+            self._load(m, dec_valid, dec, cur, st)
         return m
+
+    def _load(self, m, dec_valid, dec, cur, st):
+        """Start the decoded command: its counters and what it does first."""
+        g = self._g
+        B, wb = g.bytes_per_word, g.word_bits
+        kind = dec.cmd.kind
+        is_data = dec_valid & (kind == CmdKind.DATA)
+        take_first = dec.s_after_d & ~dec.cmd.reuse
+        m.d.sync += [
+            cur.cmd.eq(dec.cmd), cur.addr.eq(dec.addr), cur.shift.eq(dec.shift),
+            cur.be_first.eq(dec.be_first), cur.be_last.eq(dec.be_last),
+            # ceil(end / B) beats and words, less the reused word
+            cur.beats.eq((dec.end_d + (B - 1)) >> wb),
+            cur.words.eq((dec.end_s + Mux(dec.cmd.reuse, -1, B - 1)) >> wb),
+            st.held.eq(dec_valid), st.first.eq(1),
+            st.wants_first.eq(is_data & take_first), st.beat_ok.eq(is_data & ~take_first),
+            st.last.eq(dec.end_d <= B),
+            # more than one beat, or a word to take (all but a reused word alone)
+            st.need.eq((dec.end_d > B) | ~dec.cmd.reuse | (dec.end_s > B)),
+            st.empty.eq(dec_valid & (kind == CmdKind.EMPTY)),
+            st.fault.eq(dec_valid & (kind == CmdKind.FAULT)),
+        ]
 
     def _decode(self, m, dec_valid, dec, load):
         """Take the next command into ``dec``: the ends of its source and destination
@@ -159,22 +179,16 @@ class Writer(wiring.Component):
                 dec.be_last.eq(Mux(end_d[:wb] == 0, ones, ~(ones << end_d[:wb]))),
             ]
 
-    def _retire(self, m, cmd, held, last_beat):
+    def _retire(self, m, cmd, st, last_beat):
         """Fault records and retirement; returns "the command leaves in this cycle"."""
         f = cmd.body.fault
         m.d.comb += [
-            self.fault.valid.eq(held & (cmd.kind == CmdKind.FAULT)),
+            self.fault.valid.eq(st.fault),
             self.fault.p.chan.eq(cmd.chan), self.fault.p.ctx.eq(f.ctx),
             self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
         ]
         retiring = Signal()
-        with m.Switch(cmd.kind):
-            with m.Case(CmdKind.DATA):
-                m.d.comb += retiring.eq(last_beat)
-            with m.Case(CmdKind.EMPTY):
-                m.d.comb += retiring.eq(held)
-            with m.Case(CmdKind.FAULT):
-                m.d.comb += retiring.eq(self.fault.valid & self.fault.ready)
+        m.d.comb += retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready))
         # ``retire`` is registered: the accounting then starts from flip-flops, and
         # the command still counts as in flight (busy) in between
         rp = self.retire.payload
