@@ -27,9 +27,8 @@ class Writer(wiring.Component):
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
     waits for it to be taken; an ``EMPTY`` command passes in a cycle. Every
-    command leaving the writer (a ``DATA`` command with its last beat) is
-    reported on ``retire`` in the next cycle, every accepted beat on ``beat``
-    in its cycle.
+    command leaving the writer is reported on ``retire`` (a ``DATA`` command
+    with its last beat), every accepted beat on ``beat``.
 
     Parameters
     ----------
@@ -188,11 +187,11 @@ class Writer(wiring.Component):
             self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
         ]
         retiring = Signal()
-        m.d.comb += retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready))
-        # ``retire`` is registered: the accounting then starts from flip-flops, and
-        # the command still counts as in flight (busy) in between
         rp = self.retire.payload
-        m.d.sync += [self.retire.valid.eq(retiring),
-                     rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
-                     rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause)]
+        m.d.comb += [
+            retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready)),
+            self.retire.valid.eq(retiring),
+            rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
+            rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause),
+        ]
         return retiring
