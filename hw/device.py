@@ -400,7 +400,7 @@ class Device(wiring.Component):
         wiring.connect(m, dma.fault, cop.dma_fault)
         wiring.connect(m, cop.mmu_cmd, mmu.cmd)
         m.d.comb += [cop.chan_status[c].eq(dma.status[c]) for c in range(arch.channels)]
-        m.d.comb += cop.dma_room.eq(dma.room)
+        m.d.comb += [cop.dma_free_slots[c].eq(dma.free_slots[c]) for c in range(arch.channels)]
         m.d.comb += [
             dma.clear.eq(cop.dma_clear), dma.flush.eq(cop.dma_flush),
             cop.beat.valid.eq(dma.wr.valid & dma.wr.ready),

@@ -272,7 +272,7 @@ def test_feeder_per_channel_order_and_offers_only_what_the_dma_has_room_for():
     async def dma(ctx):
         while True:
             for ch in range(3):
-                ctx.set(dut.room[ch], slots[ch] < 2)
+                ctx.set(dut.free_slots[ch], 2 - slots[ch])
                 ctx.set(dut.chan_status[ch].busy, slots[ch] > 0)
                 ctx.set(dut.chan_status[ch].done_count, done[ch] % 256)
             ready = rng.random() < 0.7

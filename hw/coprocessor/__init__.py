@@ -13,7 +13,7 @@ file each; ``==>`` a ``lib.stream``, ``-->`` plain signals)::
              (SyncUnit,      |       FENCE SIGNAL      <==sig_in==          REMAP INVAL COMMIT
               Counters)      |       WAIT HALT, sems   --unfenced---------> ==cmd==> (MMU)
                              v       ==stop==> Sequencer                    ==stop==> Sequencer
-      room, chan_status --> DescriptorFeeder ==desc==> (DMA)                --flush--> (DMA)
+free_slots, chan_status --> DescriptorFeeder ==desc==> (DMA)                --flush--> (DMA)
                             queue per channel, RoundRobin                   --committed--> Counters
                             --done--> SyncUnit, MmuCommandUnit, copies_done
       beat, issued, committed, commit_bytes --> Counters --> cycles, chan_bytes, descriptors,
@@ -33,7 +33,8 @@ file each; ``==>`` a ``lib.stream``, ``-->`` plain signals)::
 * :class:`~.issue.CopyIssue` (``issue.py``): a COPY becomes a descriptor.
 * :class:`~.feeder.DescriptorFeeder` (``feeder.py``): per-channel
   descriptor queues, round-robin into the DMA whenever the DMA has a free
-  slot for the channel (its ``room``); per-channel completion (``done``).
+  slot for the channel (its ``free_slots``), through a registered offer;
+  per-channel completion (``done``).
 * :class:`~.sync.SyncUnit` (``sync.py``): FENCE, SIGNAL, WAIT, HALT, the
   semaphores and the unfenced-channel set.
 * :class:`~.mmu_cmd.MmuCommandUnit` (``mmu_cmd.py``): REMAP, INVAL, COMMIT.

@@ -1,7 +1,7 @@
 """Descriptor feeder: per-channel descriptor queues, arbitrated into the DMA."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal
+from amaranth.hdl import Cat, Module, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,15 +17,17 @@ class DescriptorFeeder(wiring.Component):
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
     others). A channel *qualifies* when its queue is not empty and the DMA
-    has room for its next descriptor (``room``) or it has faulted (the DMA
-    takes, and drops, anything then); the qualifying channels share ``desc``
-    round-robin (:class:`hw.lib.RoundRobin`). An offer the DMA does not take
-    is held until it does.
+    has a free slot for its next descriptor (``free_slots``, less the one the
+    offer now being taken fills) or it has faulted (the DMA takes, and
+    drops, anything then); the qualifying channels share ``desc``
+    round-robin (:class:`hw.lib.RoundRobin`). The offer on ``desc`` is a
+    register (one cycle from queue to DMA), loaded when empty or taken; so
+    the DMA always has room for what is offered and takes it at once.
 
-    Per channel, the descriptors taken by the DMA are counted and compared
+    Per channel, the descriptors that left its queue are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
-    ``done`` when its queue is empty, it is not busy, and every descriptor it
-    took has completed (or it has faulted).
+    ``done`` when its queue is empty, nothing of it is offered, it is not
+    busy, and every descriptor that left has completed (or it has faulted).
 
     Parameters
     ----------
@@ -41,8 +43,8 @@ class DescriptorFeeder(wiring.Component):
         To the DMA's ``desc``.
     chan_status : ``In(ChannelStatus(arch)).array(channels)``
         From the DMA.
-    room : ``In(channels)``
-        From the DMA: it would take the channel's next descriptor now.
+    free_slots : ``In(range(3)).array(channels)``
+        From the DMA: its free descriptor slots for the channel.
     flush : ``In(1)``
         Discard every queued descriptor and take the DMA's completion counts
         as the new baseline (a stopped program's leftovers; the DMA's
@@ -61,7 +63,7 @@ class DescriptorFeeder(wiring.Component):
             "w": In(stream.Signature(CopyDescriptor(arch, C))),
             "desc": Out(stream.Signature(CopyDescriptor(arch, C))),
             "chan_status": In(ChannelStatus(arch)).array(C),
-            "room": In(C),
+            "free_slots": In(range(3)).array(C),
             "flush": In(1),
             "done": Out(C),
             "drained": Out(1),
@@ -73,45 +75,45 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        fire = Signal()
-        m.d.comb += fire.eq(self.desc.valid & self.desc.ready)
-        hold = Signal()                  # an offer the DMA did not take: only it requests
-        hold_chan = Signal.like(arb.grant)
+        # the offer is a register: loaded when empty or taken, with the head of
+        # the next qualifying queue
+        load = Signal()
+        m.d.comb += load.eq(~self.desc.valid | self.desc.ready)
         eligible = Signal(C)
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
-        w_ready, empty, busy = Signal(C), Signal(C), Signal(C)
+        w_ready, empty, offered = Signal(C), Signal(C), Signal(C)
         for c in range(C):
             m.submodules[f"queue{c}"] = q = Queue(layout, self._depth)
-            issued = Signal(count_shape, name=f"issued{c}")      # taken by the DMA
-            feed = Signal(name=f"feed{c}")
+            issued = Signal(count_shape, name=f"issued{c}")      # left the queue
+            pop = Signal(name=f"pop{c}")
             m.d.comb += [
                 q.w.valid.eq(self.w.valid & (self.w.p.chan == c)),
                 q.w.payload.eq(self.w.payload),
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(q.level == 0),
-                busy[c].eq(st[c].busy),
-                eligible[c].eq(q.r.valid & (self.room[c] | st[c].error)),
-                arb.requests[c].eq(Mux(hold, hold_chan == c, eligible[c])),
-                feed.eq(fire & (arb.grant == c)),
-                q.r.ready.eq(self.flush | feed),
-                self.done[c].eq(empty[c] & ~st[c].busy
+                offered[c].eq(self.desc.valid & (self.desc.p.chan == c)),
+                # a free slot beyond the one the offer (being taken) will fill
+                eligible[c].eq(q.r.valid & ((self.free_slots[c] > offered[c]) | st[c].error)),
+                arb.requests[c].eq(eligible[c]),
+                pop.eq(load & arb.valid & (arb.grant == c)),
+                q.r.ready.eq(self.flush | pop),
+                self.done[c].eq(empty[c] & ~offered[c] & ~st[c].busy
                                 & ((issued == st[c].done_count) | st[c].error)),
             ]
-            with m.If(arb.grant == c):
-                m.d.comb += self.desc.payload.eq(q.r.payload)
+            with m.If(load & (arb.grant == c)):
+                m.d.sync += self.desc.payload.eq(q.r.payload)
             with m.If(self.flush):
                 m.d.sync += issued.eq(st[c].done_count)
-            with m.Elif(feed):
+            with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
+        with m.If(self.flush):
+            m.d.sync += self.desc.valid.eq(0)
+        with m.Elif(load):
+            m.d.sync += self.desc.valid.eq(arb.valid)
         m.d.comb += [
             self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
-            self.desc.valid.eq(arb.valid),
-            arb.advance.eq(fire & ~self.flush),
-            self.drained.eq(empty.all() & ~busy.any()
+            arb.advance.eq(load & ~self.flush),
+            self.drained.eq(empty.all() & ~self.desc.valid & ~Cat(*[s.busy for s in st]).any()
                             & ~Cat(*[s.error for s in st]).any()),
         ]
-        with m.If(self.flush | fire):
-            m.d.sync += hold.eq(0)
-        with m.Elif(self.desc.valid):
-            m.d.sync += [hold.eq(1), hold_chan.eq(arb.grant)]
         return m

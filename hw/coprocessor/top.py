@@ -82,8 +82,8 @@ class Coprocessor(wiring.Component):
         To the DMA's ``desc``.
     chan_status : ``In(ChannelStatus(arch)).array(channels)``
         From the DMA's ``status``.
-    dma_room : ``In(channels)``
-        From the DMA's ``room``: the channel has a free descriptor slot.
+    dma_free_slots : ``In(range(3)).array(channels)``
+        From the DMA's ``free_slots``.
     dma_clear : ``Out(channels)``
         To the DMA's ``clear``.
     dma_flush : ``Out(1)``
@@ -169,7 +169,7 @@ class Coprocessor(wiring.Component):
             "imem_w": In(stream.Signature(ImemWrite(arch.imem_words))),
             "desc": Out(stream.Signature(CopyDescriptor(arch, C))),
             "chan_status": In(ChannelStatus(arch)).array(C),
-            "dma_room": In(C),
+            "dma_free_slots": In(range(3)).array(C),
             "dma_clear": Out(C),
             "dma_flush": Out(1),
             "dma_fault": In(stream.Signature(DmaFault(arch, C))),
@@ -259,7 +259,7 @@ class Coprocessor(wiring.Component):
             sync.issued.eq(issue.issued), mmu.unfenced.eq(sync.unfenced),
             sync.restart.eq(seq.restart), sync.quiesced.eq(self.quiesced),
             self.dma_flush.eq(mmu.flush), self.commit_ctx.eq(mmu.commit_ctx),
-            mmu.mmu_idle.eq(self.mmu_idle), feeder.room.eq(self.dma_room),
+            mmu.mmu_idle.eq(self.mmu_idle),
             # counters
             counters.restart.eq(seq.restart), counters.begin.eq(seq.begin),
             counters.running.eq(seq.clearing | seq.run), counters.issued.eq(issue.issued),
@@ -269,6 +269,7 @@ class Coprocessor(wiring.Component):
         ]
         for c in range(C):
             m.d.comb += [feeder.chan_status[c].eq(self.chan_status[c]),
+                         feeder.free_slots[c].eq(self.dma_free_slots[c]),
                          sync.chan_status[c].eq(self.chan_status[c]),
                          mmu.chan_status[c].eq(self.chan_status[c]),
                          self.chan_bytes[c].eq(counters.chan_bytes[c])]

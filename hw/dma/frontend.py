@@ -48,9 +48,9 @@ class FrontEnd(wiring.Component):
         Channels that faulted: their slots are emptied and new descriptors dropped.
     busy : ``Out(channels)``
         The channel holds a descriptor or has a grant pending.
-    room : ``Out(channels)``
-        The channel's next slot is free: its next descriptor would be taken
-        now (from registers only, so a producer can choose by it).
+    free_slots : ``Out(range(3)).array(channels)``
+        The channel's free slots (0..2): a descriptor is taken at once while
+        one is free (from registers only, so a producer can choose by it).
     """
 
     def __init__(self, geometry):
@@ -61,7 +61,7 @@ class FrontEnd(wiring.Component):
             "walked": In(Event(g.chan_bits)),
             "halt": In(g.channels),
             "busy": Out(g.channels),
-            "room": Out(g.channels),
+            "free_slots": Out(range(3)).array(g.channels),
         })
 
     def elaborate(self, platform):
@@ -130,5 +130,5 @@ class FrontEnd(wiring.Component):
             with m.If(self.halt[c]):
                 m.d.sync += [walking[c].eq(0), full[c].eq(0)]
             m.d.comb += [self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c))),
-                         self.room[c].eq(~full[c].bit_select(tail[c], 1))]
+                         self.free_slots[c].eq(~full[c][0] + ~full[c][1])]
         return m

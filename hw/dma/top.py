@@ -71,9 +71,10 @@ class DMA(wiring.Component):
         One acknowledgement per accepted write beat, naming its channel.
     status : ``Out(ChannelStatus(arch)).array(channels)``
         Per-channel status.
-    room : ``Out(channels)``
-        The channel has a free descriptor slot: ``desc`` would take its next
-        descriptor now (from registers, so a producer can pick a channel by it).
+    free_slots : ``Out(range(3)).array(channels)``
+        The channel's free descriptor slots (0..2): ``desc`` takes a
+        descriptor of the channel at once while one is free (from registers,
+        so a producer can pick a channel by it).
     clear : ``In(channels)``
         Per-channel: clear ``error`` (ignored while the channel is busy).
     fault : ``Out(stream.Signature(DmaFault(arch, channels)))``
@@ -119,7 +120,7 @@ class DMA(wiring.Component):
             "wr": Out(stream.Signature(DmaWrite(arch, data_width, channels))),
             "wr_ack": In(stream.Signature(g.chan_bits)),
             "status": Out(ChannelStatus(arch)).array(channels),
-            "room": Out(channels),
+            "free_slots": Out(range(3)).array(channels),
             "clear": In(channels),
             "fault": Out(stream.Signature(DmaFault(arch, channels))),
             "flush": In(1),
@@ -180,8 +181,8 @@ class DMA(wiring.Component):
             done.walking.eq(front.busy | walker.busy),
             done.clear.eq(self.clear), xlat.clear.eq(done.cleared),
             writer.ack_full.eq(done.ack_full),
-            self.room.eq(front.room),
         ]
         for c in range(g.channels):
-            m.d.comb += self.status[c].eq(done.status[c])
+            m.d.comb += [self.status[c].eq(done.status[c]),
+                         self.free_slots[c].eq(front.free_slots[c])]
         return m
