@@ -82,11 +82,13 @@ class Walker(wiring.Component):
                 "pos": pos, "row": row}
         # ``nxt``: the next row's start and flags, ready in case this row ends;
         # ``near``: ``row_left`` is less than two chunk-length ranges; ``in_last``,
-        # ``in_2nd_last``: the source is in its page's last, second-to-last burst window
+        # ``in_2nd_last``: the source is in its page's last, second-to-last burst window;
+        # ``up_s``/``up_d``: the positions' burst window numbers plus one
         nxt = data.StructLayout({"s": A, "d": A, "short": 1, "last_row": 1})
         cut = data.StructLayout({**held, "len": LW, "row_end": 1, "desc_end": 1, "ends": 1,
                                  "emits": 1, "writes": 1, "near": 1, "in_last": 1,
-                                 "in_2nd_last": 1, "nxt": nxt})
+                                 "in_2nd_last": 1, "up_s": A - g.burst_bits,
+                                 "up_d": A - g.burst_bits, "nxt": nxt})
         return pos, row, data.StructLayout(held), cut
 
     def _rooms(self, addr):
@@ -183,6 +185,7 @@ class Walker(wiring.Component):
                 s3.near.eq(p.row_left[LW:] == 1),
                 s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
                 s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
+                s3.up_s.eq(p.cur_s[bb:] + 1), s3.up_d.eq(p.cur_d[bb:] + 1),
                 s3.nxt.s.eq(nxt_s), s3.nxt.d.eq(nxt_d),
                 s3.nxt.short.eq(s2.desc.row_bytes[LW:] == 0),
                 # (both compares beside the ``START`` select, not after it)
@@ -210,14 +213,17 @@ class Walker(wiring.Component):
         ]
         p, n = s3.pos, s3.nxt
         on_s = Signal(A)            # the positions after the chunk, within the row
-        step_s = Signal(bb + 1)     # the source's offset in its burst window, plus the length
+        step_s = Signal(bb + 1)     # the offsets in the burst windows, plus the length
+        step_d = Signal(bb + 1)
         on_d = Signal(A)
         left = Signal(LW + 1)       # ``row_left``'s low part less the length, with borrow
         win_s = Signal(bb)          # (room - length) modulo a burst
         win_d = Signal(bb)
         m.d.comb += [
-            on_s.eq(p.cur_s + s3.len), on_d.eq(p.cur_d + s3.len),
-            step_s.eq(p.cur_s[:bb] + s3.len),
+            # (a short adder, and the window number or the one after it)
+            step_s.eq(p.cur_s[:bb] + s3.len), step_d.eq(p.cur_d[:bb] + s3.len),
+            on_s.eq(Cat(step_s[:bb], Mux(step_s[bb], s3.up_s, p.cur_s[bb:]))),
+            on_d.eq(Cat(step_d[:bb], Mux(step_d[bb], s3.up_d, p.cur_d[bb:]))),
             left.eq(p.row_left[:LW] - s3.len),
             win_s.eq(p.win_s - s3.len), win_d.eq(p.room_d - s3.len),
         ]
