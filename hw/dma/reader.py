@@ -68,6 +68,7 @@ class Reader(wiring.Component):
         addr = Signal(g.mem_addr_width)
         most = g.burst_len + 1                # words of one chunk, at most
         left = Signal(counter_shape(most))
+        one_left = Signal()                   # ``left == 1``, kept in a flip-flop
         credits = Signal(range(N + 1))
         issue = Signal()
         m.d.comb += [
@@ -77,8 +78,8 @@ class Reader(wiring.Component):
         ]
         m.d.sync += credits.eq(credits + issue - (self.data.valid & self.data.ready))
         with m.If(issue):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-            with m.If(left == 1):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), one_left.eq(left == 2)]
+            with m.If(one_left):
                 m.d.sync += busy.eq(0)
 
         # the next command, decoded a cycle ahead (off the queue's LUT RAM read), and
@@ -90,7 +91,7 @@ class Reader(wiring.Component):
         take = Signal()
         mv = dec.cmd.body.move
         m.d.comb += [
-            free.eq(~busy | (issue & (left == 1))),
+            free.eq(~busy | (issue & one_left)),
             self.cmd_out.valid.eq(dec_valid & free),
             self.cmd_out.p.eq(dec.cmd),
             take.eq(self.cmd_out.valid & self.cmd_out.ready),
@@ -99,7 +100,8 @@ class Reader(wiring.Component):
         with m.If(take & (dec.cmd.kind == CmdKind.DATA)):
             # (a reused word may be all the command needs: then nothing to read)
             m.d.sync += [busy.eq(~dec.cmd.reuse | (dec.extra != 0)),
-                         left.eq(dec.extra + ~dec.cmd.reuse)]
+                         left.eq(dec.extra + ~dec.cmd.reuse),
+                         one_left.eq(dec.extra == dec.cmd.reuse)]
             # after the previous command, ``addr`` is the word after its last:
             # where a command that reuses that last word continues
             with m.If(~dec.cmd.reuse):
