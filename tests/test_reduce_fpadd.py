@@ -16,7 +16,9 @@ from gen.simkit import run_simulation, stream_get, stream_monitor, stream_put
 from hw.reduce import FORMATS, FpAdd
 from hw.reduce.addsub import AddSub
 from hw.reduce.align import Align
-from hw.reduce.normround import NormRound
+from hw.reduce.normalize import Normalize
+from hw.reduce.order import Order
+from hw.reduce.roundpack import RoundPack
 
 FMTS = ("f32", "bf16")
 SEQ_BITS = 16          # side-band: a sequence number, to catch drops and repeats
@@ -73,7 +75,7 @@ def test_bad_data_width(fmt, width):
                                              ("bf16", 64, 4), ("bf16", 256, 16)])
 def test_properties(fmt, width, lanes):
     dut = FpAdd(fmt, width)
-    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 4)
+    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 6)
     assert dut.element_width == WIDTH[fmt]
     assert dut.quiet_nan == QNAN[fmt] == FORMATS[fmt].quiet_nan
 
@@ -216,8 +218,8 @@ def test_latency_and_throughput(fmt):
     assert accepted[:12] == list(range(12))                     # one word a cycle
     assert offered[:12] == [c + dut.latency for c in accepted[:12]]
     assert [c for c in accepted if 15 <= c < 20] == []          # full: stops at once
-    assert [c for c in accepted if 30 <= c < 40] == [30, 31, 32, 33]       # fills, holds
-    assert accepted[-1] == n + 5 + 8 + 6 - 1                     # stalls and gap: 19 cycles
+    assert [c for c in accepted if 30 <= c < 40] == list(range(30, 36))    # fills, holds
+    assert accepted[-1] == n + 5 + 8 + 4 - 1                     # stalls and gap: 17 cycles
     w = WIDTH[fmt]
     lanes = 64 // w
     got = [s >> (k * w) & ((1 << w) - 1) for s in taken for k in range(lanes)]
@@ -227,7 +229,7 @@ def test_latency_and_throughput(fmt):
 
 
 # ------------------------------------------------------------------ stages
-@pytest.mark.parametrize("stage", [Align, AddSub, NormRound])
+@pytest.mark.parametrize("stage", [Order, Align, AddSub, Normalize, RoundPack])
 def test_stage_stream_contract(stage):
     """Each stage alone, fed random payloads under random idle cycles and
     back-pressure: every payload leaves once, in order (the side-band

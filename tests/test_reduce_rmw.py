@@ -189,7 +189,7 @@ def test_bad_arguments(kw, msg):
 
 def test_properties():
     dut = ReduceOnWrite(addr_width=10, data_width=128)
-    assert (dut.addr_width, dut.data_width, dut.latency, dut.adder_latency) == (10, 128, 5, 4)
+    assert (dut.addr_width, dut.data_width, dut.latency, dut.adder_latency) == (10, 128, 7, 6)
 
 
 # ------------------------------------------------------------------ values and hazards
@@ -247,7 +247,7 @@ def test_same_word_run():
              for k in range(WORDS - GUARD)]
     accepted, wrote, _ = check(dw, [0] * WORDS, beats)
     assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
-    assert wrote == [c + 5 for c in accepted]                     # S1, then the 4 adder stages
+    assert wrote == [c + 7 for c in accepted]                     # S1, then the 6 adder stages
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

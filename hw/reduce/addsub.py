@@ -1,4 +1,4 @@
-"""Adder stage 2: add or subtract the aligned significands."""
+"""Adder stage 3: add or subtract the aligned significands."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux

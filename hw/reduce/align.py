@@ -1,22 +1,20 @@
-"""Adder stage 1: unpack, order by magnitude, align the smaller operand."""
+"""Adder stage 2: align the smaller operand to the larger one's exponent."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .common import pipeline_register
-from .layouts import GUARD_BITS, AddOperands, AlignedLane, Lanes, ext_bits
+from .layouts import GUARD_BITS, AlignedLane, Lanes, OrderedLane, ext_bits
 
 __all__ = ["Align"]
 
 
 class Align(wiring.Component):
-    """Per lane: classify both operands, put the one of larger magnitude in
-    ``big`` and shift the other right by the exponent difference into
-    ``small``, keeping guard and round bits and OR-ing everything shifted
-    further out into the sticky bit. A subnormal's exponent counts as 1 and
-    its hidden bit as 0, so subnormals need no special case. One register.
+    """Per lane: shift ``small`` right by ``shift`` places, keeping guard and
+    round bits and OR-ing everything shifted further out into the sticky
+    bit; the rest passes through. One register.
 
     Parameters
     ----------
@@ -27,61 +25,32 @@ class Align(wiring.Component):
 
     Interface attributes
     --------------------
-    i : ``In(stream.Signature(AddOperands(fmt, lanes, user_shape)))``
+    i : ``In(stream.Signature(Lanes(OrderedLane(fmt), lanes, user_shape)))``
     o : ``Out(stream.Signature(Lanes(AlignedLane(fmt), lanes, user_shape)))``
     """
 
     def __init__(self, fmt, lanes, user_shape=0):
-        self._fmt, self._lanes, self._user = fmt, lanes, user_shape
+        self._fmt, self._lanes = fmt, lanes
         super().__init__({
-            "i": In(stream.Signature(AddOperands(fmt, lanes, user_shape))),
+            "i": In(stream.Signature(Lanes(OrderedLane(fmt), lanes, user_shape))),
             "o": Out(stream.Signature(Lanes(AlignedLane(fmt), lanes, user_shape))),
         })
 
-    def _lane(self, m, k, a, b):
-        f = self._fmt
-        E, F = f.exp_bits, f.frac_bits
-        W = ext_bits(f)
-
-        def unpack(x, name):
-            e, frac = x[F:F + E], x[:F]
-            normal = e != 0
-            return {"sign": x[-1], "exp": Mux(normal, e, 1), "sig": Cat(frac, normal),
-                    "nan": (e == f.exp_max) & (frac != 0), "inf": (e == f.exp_max) & (frac == 0)}
-
-        ua, ub = unpack(a, "a"), unpack(b, "b")
-        swap = Signal(name=f"swap{k}")
-        m.d.comb += swap.eq(b[:E + F] > a[:E + F])      # magnitudes compare as integers
-        big = {key: Mux(swap, ub[key], ua[key]) for key in ("sign", "exp", "sig")}
-        small = {key: Mux(swap, ua[key], ub[key]) for key in ("exp", "sig")}
-
-        # shift small.sig (with GUARD_BITS zeros below) right by the exponent
-        # difference; a shift of W or more leaves only the sticky bit
-        diff = Signal(E, name=f"diff{k}")
-        shift = Signal(range(W + 1), name=f"shift{k}")
-        m.d.comb += [diff.eq(big["exp"] - small["exp"]),
-                     shift.eq(Mux(diff > W, W, diff))]
-        wide = Signal(2 * W, name=f"wide{k}")
-        m.d.comb += wide.eq(Cat(Const(0, W + GUARD_BITS), small["sig"]) >> shift)
-        aligned = Cat(wide[W] | wide[:W].any(), wide[W + 1:])
-
-        return {
-            "sign": big["sign"], "exp": big["exp"], "sub": ua["sign"] ^ ub["sign"],
-            "nan": ua["nan"] | ub["nan"] | (ua["inf"] & ub["inf"] & (ua["sign"] ^ ub["sign"])),
-            "inf": ua["inf"] | ub["inf"],
-            "big": big["sig"], "small": aligned,
-        }
-
     def elaborate(self, platform):
         m = Module()
-        w = self._fmt.width
+        W = ext_bits(self._fmt)
 
         def compute(p):
             out = [self.o.p.user.eq(p.user)]
             for k in range(self._lanes):
-                fields = self._lane(m, k, p.a[k * w:(k + 1) * w], p.b[k * w:(k + 1) * w])
-                lane = self.o.p.lanes[k]
-                out += [getattr(lane, name).eq(v) for name, v in fields.items()]
+                a, o = p.lanes[k], self.o.p.lanes[k]
+                # small (with GUARD_BITS zeros below) shifted right; a shift
+                # of W leaves only the sticky bit
+                wide = Signal(2 * W, name=f"wide{k}")
+                m.d.comb += wide.eq(Cat(Const(0, W + GUARD_BITS), a.small) >> a.shift)
+                out += [o.small.eq(Cat(wide[W] | wide[:W].any(), wide[W + 1:]))]
+                out += [getattr(o, name).eq(getattr(a, name))
+                        for name in ("sign", "exp", "sub", "nan", "inf", "big")]
             return out
 
         pipeline_register(m, self.i, self.o, compute)

@@ -9,7 +9,9 @@ from .addsub import AddSub
 from .align import Align
 from .common import check_format, check_lane_width, pipeline_register
 from .layouts import AddOperands, AddResult
-from .normround import NormRound
+from .normalize import Normalize
+from .order import Order
+from .roundpack import RoundPack
 
 __all__ = ["FpAdd"]
 
@@ -18,16 +20,18 @@ class FpAdd(wiring.Component):
     """Adds two words lane by lane: ``sum[k] = a[k] + b[k]`` for each of the
     ``data_width // element bits`` elements, in IEEE 754 binary arithmetic.
 
-    Four register stages joined by streams: the operand register (so
+    Six register stages joined by streams: the operand register (so
     whatever chooses the operands, a memory's output among them, does not
-    share a cycle with the alignment), :class:`~.align.Align` (order by
-    magnitude, align), :class:`~.addsub.AddSub` (add or subtract
-    significands), :class:`~.normround.NormRound` (normalize, round, pack).
+    share a cycle with the adder),
+    :class:`~.order.Order` (unpack, order by magnitude),
+    :class:`~.align.Align` (shift the smaller), :class:`~.addsub.AddSub`
+    (add or subtract significands), :class:`~.normalize.Normalize` and
+    :class:`~.roundpack.RoundPack` (round to nearest even, pack).
 
     * **Throughput**: one word a cycle; each stage loads while it is empty or
       its payload is being taken, so under back-pressure nothing is dropped or
       repeated, and bubbles close up.
-    * **Latency**: :attr:`latency` = 4 cycles from the clock edge that accepts
+    * **Latency**: :attr:`latency` = 6 cycles from the clock edge that accepts
       a word on ``i`` to its sum offered on ``o`` (when ``o`` is not stalled).
       The pipeline holds at most :attr:`latency` words.
     * **Rounding**: round to nearest, ties to even; subnormal inputs and
@@ -61,8 +65,9 @@ class FpAdd(wiring.Component):
         ``sum``: the word of sums; ``user``: the operands' side-band.
     """
 
-    #: Register stages from ``i`` to ``o``: operands, align, add, normalize-round.
-    STAGES = 4
+    #: Register stages from ``i`` to ``o``: operands, order, align, add,
+    #: normalize, round.
+    STAGES = 6
 
     def __init__(self, fmt, data_width, *, user_shape=0):
         f = check_format(fmt)
@@ -89,14 +94,14 @@ class FpAdd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         f, n, user = self._fmt, self._lanes, self._user_shape
-        align, addsub, normround = Align(f, n, user), AddSub(f, n, user), NormRound(f, n, user)
-        m.submodules.align = align
-        m.submodules.addsub = addsub
-        m.submodules.normround = normround
+        stages = [Order(f, n, user), Align(f, n, user), AddSub(f, n, user),
+                  Normalize(f, n, user), RoundPack(f, n, user)]
+        for stage in stages:
+            m.submodules[type(stage).__name__.lower()] = stage
         operands = stream.Signature(AddOperands(f, n, user)).create(path=("operands",))
         pipeline_register(m, self.i, operands, lambda p: [operands.p.eq(p)])
-        wiring.connect(m, operands, align.i)
-        wiring.connect(m, align.o, addsub.i)
-        wiring.connect(m, addsub.o, normround.i)
-        wiring.connect(m, normround.o, wiring.flipped(self.o))
+        wiring.connect(m, operands, stages[0].i)
+        for a, b in zip(stages, stages[1:]):
+            wiring.connect(m, a.o, b.i)
+        wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
         return m

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from amaranth.lib import data
 
-__all__ = ["GUARD_BITS", "AddOperands", "AddResult", "AlignedLane", "SumLane", "Lanes"]
+__all__ = ["GUARD_BITS", "AddOperands", "AddResult", "OrderedLane", "AlignedLane", "SumLane",
+           "NormLane", "Lanes"]
 
 #: Bits kept below a significand's last place while aligning and adding:
 #: guard, round and sticky, enough for round-to-nearest-even of a sum.
@@ -30,6 +31,18 @@ class AddResult(data.StructLayout):
     """The adder's output: the word of lane-by-lane sums, and the side-band."""
     def __init__(self, fmt, lanes, user_shape):
         super().__init__({"sum": fmt.width * lanes, "user": user_shape})
+
+
+class OrderedLane(data.StructLayout):
+    """One lane after ordering by magnitude: what :class:`AlignedLane` holds,
+    with the smaller operand's significand not yet shifted (``small``) and
+    the places to shift it by (``shift``, the exponent difference capped at
+    :func:`ext_bits`)."""
+    def __init__(self, fmt):
+        super().__init__({
+            "sign": 1, "exp": fmt.exp_bits, "sub": 1, "nan": 1, "inf": 1,
+            "big": fmt.sig_bits, "small": fmt.sig_bits, "shift": range(ext_bits(fmt) + 1),
+        })
 
 
 class AlignedLane(data.StructLayout):
@@ -57,6 +70,17 @@ class SumLane(data.StructLayout):
         super().__init__({
             "sign": 1, "exp": fmt.exp_bits, "nan": 1, "inf": 1,
             "sum": ext_bits(fmt) + 1,
+        })
+
+
+class NormLane(data.StructLayout):
+    """One lane after normalization: the significand with its hidden one (if
+    any) at the top and guard, round and sticky bits below (``norm``), the
+    exponent it now has (``exp``, one bit wider: a carry may reach the
+    largest), and the sign and special flags."""
+    def __init__(self, fmt):
+        super().__init__({
+            "sign": 1, "exp": fmt.exp_bits + 1, "nan": 1, "inf": 1, "norm": ext_bits(fmt),
         })
 
 

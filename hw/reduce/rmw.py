@@ -52,7 +52,7 @@ class ReduceOnWrite(wiring.Component):
     beat while the word comes back), then one f32 and one bf16 adder run in
     lockstep (same inputs and handshakes, so the same state), then the
     write. Latency: a beat accepted at one clock edge is offered on ``wr``
-    ``1 + adder latency`` (= 5) cycles later. Throughput: one beat a cycle
+    ``1 + adder latency`` (= 7) cycles later. Throughput: one beat a cycle
     while beats go to different words.
 
     Same-word hazards: a beat must add to the word as its predecessors left
@@ -62,7 +62,7 @@ class ReduceOnWrite(wiring.Component):
     output, then takes it directly as its old value instead of the stale
     memory word (forwarding from the write stage); a beat whose word was
     written at the edge its read was issued takes the last written word from
-    a register. So a run of beats to one word costs the adder latency (4
+    a register. So a run of beats to one word costs the adder latency (6
     cycles) per beat, and no memory round trip; beats to other words are not
     delayed.
 
