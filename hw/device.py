@@ -41,8 +41,8 @@ from .dma import DMA, DmaWrite
 from .hostport import ADDR_WIDTH, AxiLiteSignature, HostPort
 from .interconnect import NetAck, NetKind, NetRequest
 from .isa import ArchParams
-from .lib import Queue, chan_bits, check_bus_width, ctx_bits, page_bytes, sem_bits
-from .memory import BankedMemory, ReadPortSignature, WritePortSignature
+from .lib import Queue, RegisterSlice, chan_bits, check_bus_width, ctx_bits, page_bytes, sem_bits
+from .memory import BankedMemory, ReadPortSignature, WritePortSignature, WriteRequest
 from .mmu import MMU, TlbEntry
 from .reduce import ReduceOnWrite, ReduceOp
 
@@ -385,7 +385,13 @@ class Device(wiring.Component):
         wiring.connect(m, wiring.flipped(self.host), hp.bus)
         wiring.connect(m, hp.imem_w, cop.imem_w)
         wiring.connect(m, cop.fault_rd, hp.fault_rd)
-        wiring.connect(m, hp.mem_w, mem.write[2])
+        # the host's window writes reach memory a cycle later, through a register:
+        # with one shared write port, the host's address decoding would
+        # otherwise be in the path of every writer's grant
+        m.submodules.host_write = host_write = RegisterSlice(WriteRequest(mem.addr_width,
+                                                                           self._data_width))
+        wiring.connect(m, hp.mem_w, host_write.i)
+        wiring.connect(m, host_write.o, mem.write[2])
         wiring.connect(m, hp.mem_r, mem.read[1])
         m.d.comb += [
             hp.status.eq(cop.status), hp.cause.eq(cop.cause), hp.pc.eq(cop.pc),

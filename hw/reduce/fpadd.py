@@ -7,7 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from .addsub import AddSub
 from .align import Align
-from .common import check_format, check_lane_width, pipeline_register
+from ..lib import RegisterSlice
+from .common import check_format, check_lane_width
 from .layouts import AddOperands, AddResult
 from .normalize import Normalize
 from .order import Order
@@ -20,9 +21,11 @@ class FpAdd(wiring.Component):
     """Adds two words lane by lane: ``sum[k] = a[k] + b[k]`` for each of the
     ``data_width // element bits`` elements, in IEEE 754 binary arithmetic.
 
-    Six register stages joined by streams: the operand register (so
-    whatever chooses the operands, a memory's output among them, does not
-    share a cycle with the adder),
+    Six register stages joined by streams: the operand register, a
+    :class:`hw.lib.RegisterSlice` (so whatever chooses the operands, a
+    memory's output among them, does not share a cycle with the adder, and
+    ``i.ready`` comes from a register, not from ``o.ready`` through every
+    stage),
     :class:`~.order.Order` (unpack, order by magnitude),
     :class:`~.align.Align` (shift the smaller), :class:`~.addsub.AddSub`
     (add or subtract significands), :class:`~.normalize.Normalize` and
@@ -33,7 +36,8 @@ class FpAdd(wiring.Component):
       repeated, and bubbles close up.
     * **Latency**: :attr:`latency` = 6 cycles from the clock edge that accepts
       a word on ``i`` to its sum offered on ``o`` (when ``o`` is not stalled).
-      The pipeline holds at most :attr:`latency` words.
+      The pipeline holds at most :attr:`capacity` = 7 words (the operand
+      register's skid entry takes one more while ``o`` is stalled).
     * **Rounding**: round to nearest, ties to even; subnormal inputs and
       outputs are exact IEEE (no flush to zero); an overflow rounds to an
       infinity.
@@ -86,8 +90,10 @@ class FpAdd(wiring.Component):
     lanes = property(lambda self: self._lanes, doc="Elements per word.")
     element_width = property(lambda self: self._fmt.width, doc="Bits per element.")
     latency = property(lambda self: self.STAGES,
-                       doc="Cycles from accepting a word to offering its sum; also the most "
-                           "words in flight.")
+                       doc="Cycles from accepting a word to offering its sum.")
+    capacity = property(lambda self: self.STAGES + 1,
+                        doc="The most words inside: one per stage and the operand register's "
+                            "skid entry.")
     quiet_nan = property(lambda self: self._fmt.quiet_nan, doc="The NaN every NaN result is.")
     user_shape = property(lambda self: self._user_shape, doc="Side-band shape.")
 
@@ -98,9 +104,9 @@ class FpAdd(wiring.Component):
                   Normalize(f, n, user), RoundPack(f, n, user)]
         for stage in stages:
             m.submodules[type(stage).__name__.lower()] = stage
-        operands = stream.Signature(AddOperands(f, n, user)).create(path=("operands",))
-        pipeline_register(m, self.i, operands, lambda p: [operands.p.eq(p)])
-        wiring.connect(m, operands, stages[0].i)
+        m.submodules.operands = operands = RegisterSlice(AddOperands(f, n, user))
+        wiring.connect(m, wiring.flipped(self.i), operands.i)
+        wiring.connect(m, operands.o, stages[0].i)
         for a, b in zip(stages, stages[1:]):
             wiring.connect(m, a.o, b.i)
         wiring.connect(m, stages[-1].o, wiring.flipped(self.o))

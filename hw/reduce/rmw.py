@@ -176,7 +176,7 @@ class ReduceOnWrite(wiring.Component):
             m.d.sync += s1_valid.eq(0)
 
         # ---- the addresses inside the adders, oldest the output's (when out_valid)
-        m.submodules.inflight = inflight = InFlight(f32.latency, self._addr_width)
+        m.submodules.inflight = inflight = InFlight(f32.capacity, self._addr_width)
         inside = Signal()                     # S1's word is still being summed
         m.d.comb += [
             inflight.push.eq(s1_fire), inflight.push_addr.eq(s1.addr),
