@@ -86,8 +86,8 @@ class Walker(wiring.Component):
         # ``up_s``/``up_d``: the positions' burst window numbers plus one
         nxt = data.StructLayout({"s": A, "d": A, "short": 1, "last_row": 1})
         cut = data.StructLayout({**held, "len": LW, "row_end": 1, "desc_end": 1, "ends": 1,
-                                 "emits": 1, "writes": 1, "near": 1, "in_last": 1,
-                                 "in_2nd_last": 1, "up_s": A - g.burst_bits,
+                                 "emits": 1, "writes": 1, "row_writes": 1, "near": 1,
+                                 "in_last": 1, "in_2nd_last": 1, "up_s": A - g.burst_bits,
                                  "up_d": A - g.burst_bits, "nxt": nxt})
         return pos, row, data.StructLayout(held), cut
 
@@ -124,14 +124,12 @@ class Walker(wiring.Component):
         gr = self.grant.p
         # a stale grant of a channel whose descriptor ends now waits a cycle
         stale = Signal()
-        # the third stage writes this channel back now (a halted channel's write is
-        # not made, but then its grant is dropped too: taking it anyway keeps this
-        # select off the halt and back-pressure logic)
+        # the third stage writes this channel back in this cycle
         fwd = Signal()
         m.d.comb += [
             pos_r.addr.eq(gr.chan), row_r.addr.eq(gr.chan),
-            stale.eq(v3 & s3.ends & (s3.chan == gr.chan)),
-            fwd.eq(v3 & s3.writes & (s3.chan == gr.chan)),
+            stale.eq(s3.ends & (s3.chan == gr.chan)),
+            fwd.eq(s3.writes & (s3.chan == gr.chan)),
             self.grant.ready.eq(adv & ~stale),
         ]
         with m.If(adv):
@@ -179,9 +177,11 @@ class Walker(wiring.Component):
                 s3.row_end.eq(starting | row_end),
                 s3.desc_end.eq(desc_end),
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
-                s3.ends.eq(Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
-                s3.emits.eq((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty)),
-                s3.writes.eq(s2.op != GrantOp.NONE),
+                # (each with the stage's valid folded in, one input less where they are used)
+                s3.ends.eq(v2 & Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
+                s3.emits.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty))),
+                s3.writes.eq(v2 & (s2.op != GrantOp.NONE)),
+                s3.row_writes.eq(v2 & (s2.op != GrantOp.NONE) & (starting | row_end)),
                 s3.near.eq(p.row_left[LW:] == 1),
                 s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
                 s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
@@ -198,11 +198,14 @@ class Walker(wiring.Component):
         stage 2, and the rooms shrink by the length (wrapping to a full burst)."""
         g = self._g
         A, LW, bb, pb = g.addr_bits, g.len_bits, g.burst_bits, g.page_bits
-        live = Signal()
+        live = Signal()             # the channel is not halted
         m.d.comb += [
-            live.eq(v3 & ~self.halt.bit_select(s3.chan, 1)),
+            live.eq(~self.halt.bit_select(s3.chan, 1)),
             self.chunk.valid.eq(live & s3.emits),
-            adv.eq(~self.chunk.valid | self.chunk.ready),
+            # A halted channel's chunk is dropped, but waits for ``ready`` like any
+            # other, and its state is written back (dead until its next START):
+            # so neither the stall nor the write enables wait for the halt select.
+            adv.eq(~s3.emits | self.chunk.ready),
         ]
         ch = self.chunk.p
         m.d.comb += [
@@ -237,19 +240,23 @@ class Walker(wiring.Component):
             # the source is in the page's last burst window if it was, or it crosses
             # into it from the window before (decided in stage 2, off this adder)
             last_win = Mux(step_s[bb], s3.in_2nd_last, s3.in_last) if pb > bb else 1
+            # a room wraps to a full burst exactly when the length used it up (an
+            # equality beside the subtraction, not a zero test after it)
+            wrap_s = Cat(win_s, s3.len == p.win_s)
             m.d.comb += [w.cur_s.eq(on_s), w.cur_d.eq(on_d), w.row_left.eq(p.row_left - s3.len),
                          w.short.eq(p.short | (s3.near & left[LW])),
-                         w.win_s.eq(Cat(win_s, win_s == 0)),
-                         w.room_s.eq(Mux(last_win, Cat(win_s, win_s == 0), g.burst_bytes)),
-                         w.room_d.eq(Cat(win_d, win_d == 0))]
+                         w.win_s.eq(wrap_s),
+                         w.room_s.eq(Mux(last_win, wrap_s, g.burst_bytes)),
+                         w.room_d.eq(Cat(win_d, s3.len == p.room_d))]
         m.d.comb += [
             pos_w.addr.eq(s3.chan), row_w.addr.eq(s3.chan),
             w.fresh.eq(s3.op == GrantOp.START), w.row_start.eq(s3.row_end),
             row_w.data.row_s.eq(n.s), row_w.data.row_d.eq(n.d),
             row_w.data.rows_left.eq(s3.row.rows_left - 1), row_w.data.last_row.eq(n.last_row),
-            pos_w.en.eq(live & s3.writes & adv),
-            row_w.en.eq(live & s3.writes & adv & s3.row_end),
-            self.walked.valid.eq(live & adv & s3.ends),
+            pos_w.en.eq(s3.writes & adv),
+            row_w.en.eq(s3.row_writes & adv),
+            # (a descriptor's end is a chunk, so it leaves when the chunk is taken)
+            self.walked.valid.eq(live & s3.ends & self.chunk.ready),
             self.walked.payload.eq(s3.chan),
             self.issued.valid.eq(self.chunk.valid & self.chunk.ready),
             self.issued.payload.eq(s3.chan),
