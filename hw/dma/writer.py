@@ -27,8 +27,9 @@ class Writer(wiring.Component):
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
     waits for it to be taken; an ``EMPTY`` command passes in a cycle. Every
-    command leaving the writer is reported on ``retire`` (a ``DATA`` command
-    with its last beat), every accepted beat on ``beat``.
+    command leaving the writer (a ``DATA`` command with its last beat) is
+    reported on ``retire`` in the next cycle, every accepted beat on ``beat``
+    in its cycle.
 
     Parameters
     ----------
@@ -91,13 +92,14 @@ class Writer(wiring.Component):
         # what the command does next, in flip-flops, so that a beat's go-ahead and
         # the next command's load are a few LUTs deep
         st = Signal(data.StructLayout({
-            "held": 1, "first": 1,
+            "first": 1,
             "wants_first": 1,             # DATA: the first word is still to be taken
             "beat_ok": 1,                 # DATA: beats may go
             "last": 1,                    # the next beat is the command's last
             "need": 1,                    # the next beat takes the head word of ``data``
             "empty": 1, "fault": 1,       # an EMPTY or a FAULT command is held
-        }))
+            "idle": 1,                    # nothing held, or an EMPTY command: load now
+        }), init={"idle": 1})
         prev = Signal(W)
         fire = Signal()
         m.d.comb += [
@@ -127,7 +129,7 @@ class Writer(wiring.Component):
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1)]
 
         retiring = self._retire(m, cur.cmd, st, fire & st.last)
-        m.d.comb += load.eq(~st.held | retiring)
+        m.d.comb += load.eq(st.idle | retiring)
         with m.If(load):
             self._load(m, dec_valid, dec, cur, st)
         return m
@@ -145,13 +147,14 @@ class Writer(wiring.Component):
             # ceil(end / B) beats and words, less the reused word
             cur.beats.eq((dec.end_d + (B - 1)) >> wb),
             cur.words.eq((dec.end_s + Mux(dec.cmd.reuse, -1, B - 1)) >> wb),
-            st.held.eq(dec_valid), st.first.eq(1),
+            st.first.eq(1),
             st.wants_first.eq(is_data & take_first), st.beat_ok.eq(is_data & ~take_first),
             st.last.eq(dec.end_d <= B),
             # more than one beat, or a word to take (all but a reused word alone)
             st.need.eq((dec.end_d > B) | ~dec.cmd.reuse | (dec.end_s > B)),
             st.empty.eq(dec_valid & (kind == CmdKind.EMPTY)),
             st.fault.eq(dec_valid & (kind == CmdKind.FAULT)),
+            st.idle.eq(~dec_valid | (kind == CmdKind.EMPTY)),
         ]
 
     def _decode(self, m, dec_valid, dec, load):
@@ -187,11 +190,12 @@ class Writer(wiring.Component):
             self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
         ]
         retiring = Signal()
+        m.d.comb += retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready))
+        # ``retire`` is registered, so the accounting starts from flip-flops. The
+        # command counts as in flight a cycle longer, yet a channel's count stays
+        # within what the pipe holds: the slot it frees reaches the walker later
         rp = self.retire.payload
-        m.d.comb += [
-            retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready)),
-            self.retire.valid.eq(retiring),
-            rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
-            rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause),
-        ]
+        m.d.sync += [self.retire.valid.eq(retiring),
+                     rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
+                     rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause)]
         return retiring
