@@ -27,8 +27,9 @@ class Reader(wiring.Component):
 
     Reads are issued one a cycle, at most ``outstanding`` ahead of the
     writer: each read has a place in the read-data queue before it is issued.
-    The next command is taken in the cycle the last read of the current one
-    is issued.
+    A command is decoded (``reuse``, its word count) in the cycle after it is
+    taken, off the command queue's LUT RAM read, and starts (and passes on) in
+    the cycle the last read of the current one is issued.
 
     Parameters
     ----------

@@ -22,7 +22,10 @@ class Writer(wiring.Component):
     first and last beats have partial byte enables. When ``s > d`` the
     first word must be in the window's low half before the first beat: the
     writer spends a cycle taking it, unless the command is marked ``reuse``
-    (that word is the previous command's last, still held).
+    (that word is the previous command's last, still held). A command is
+    decoded (those line ends, the shift, the byte enables) in the cycle after
+    it is taken, off the queue's LUT RAM read, and starts as the current one
+    leaves.
 
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
