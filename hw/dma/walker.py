@@ -83,12 +83,14 @@ class Walker(wiring.Component):
         # ``nxt``: the next row's start and flags, ready in case this row ends;
         # ``near``: ``row_left`` is less than two chunk-length ranges; ``in_last``,
         # ``in_2nd_last``: the source is in its page's last, second-to-last burst window;
-        # ``up_s``/``up_d``: the positions' burst window numbers plus one
+        # ``up_s``/``up_d``: the positions' burst window numbers plus one; ``cross_s``,
+        # ``cross_d``: a chunk that does not end the row reaches the window's end
         nxt = data.StructLayout({"s": A, "d": A, "short": 1, "last_row": 1})
         cut = data.StructLayout({**held, "len": LW, "row_end": 1, "desc_end": 1, "ends": 1,
                                  "emits": 1, "writes": 1, "row_writes": 1, "near": 1,
                                  "in_last": 1, "in_2nd_last": 1, "up_s": A - g.burst_bits,
-                                 "up_d": A - g.burst_bits, "nxt": nxt})
+                                 "up_d": A - g.burst_bits, "cross_s": 1, "cross_d": 1,
+                                 "nxt": nxt})
         return pos, row, data.StructLayout(held), cut
 
     def _rooms(self, addr):
@@ -186,6 +188,9 @@ class Walker(wiring.Component):
                 s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
                 s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
                 s3.up_s.eq(p.cur_s[bb:] + 1), s3.up_d.eq(p.cur_d[bb:] + 1),
+                # (its length is the smaller room: it reaches the other window's end
+                # too when that is no farther)
+                s3.cross_s.eq(p.room_d >= p.win_s), s3.cross_d.eq(p.room_s >= p.room_d),
                 s3.nxt.s.eq(nxt_s), s3.nxt.d.eq(nxt_d),
                 s3.nxt.short.eq(s2.desc.row_bytes[LW:] == 0),
                 # (both compares beside the ``START`` select, not after it)
@@ -216,8 +221,8 @@ class Walker(wiring.Component):
         ]
         p, n = s3.pos, s3.nxt
         on_s = Signal(A)            # the positions after the chunk, within the row
-        step_s = Signal(bb + 1)     # the offsets in the burst windows, plus the length
-        step_d = Signal(bb + 1)
+        step_s = Signal(bb)         # the offsets in the burst windows, plus the length
+        step_d = Signal(bb)
         on_d = Signal(A)
         left = Signal(LW + 1)       # ``row_left``'s low part less the length, with borrow
         win_s = Signal(bb)          # (room - length) modulo a burst
@@ -225,8 +230,8 @@ class Walker(wiring.Component):
         m.d.comb += [
             # (a short adder, and the window number or the one after it)
             step_s.eq(p.cur_s[:bb] + s3.len), step_d.eq(p.cur_d[:bb] + s3.len),
-            on_s.eq(Cat(step_s[:bb], Mux(step_s[bb], s3.up_s, p.cur_s[bb:]))),
-            on_d.eq(Cat(step_d[:bb], Mux(step_d[bb], s3.up_d, p.cur_d[bb:]))),
+            on_s.eq(Cat(step_s[:bb], Mux(s3.cross_s, s3.up_s, p.cur_s[bb:]))),
+            on_d.eq(Cat(step_d[:bb], Mux(s3.cross_d, s3.up_d, p.cur_d[bb:]))),
             left.eq(p.row_left[:LW] - s3.len),
             win_s.eq(p.win_s - s3.len), win_d.eq(p.room_d - s3.len),
         ]
@@ -239,7 +244,7 @@ class Walker(wiring.Component):
         with m.Else():
             # the source is in the page's last burst window if it was, or it crosses
             # into it from the window before (decided in stage 2, off this adder)
-            last_win = Mux(step_s[bb], s3.in_2nd_last, s3.in_last) if pb > bb else 1
+            last_win = Mux(s3.cross_s, s3.in_2nd_last, s3.in_last) if pb > bb else 1
             # a room wraps to a full burst exactly when the length used it up (an
             # equality beside the subtraction, not a zero test after it)
             wrap_s = Cat(win_s, s3.len == p.win_s)
