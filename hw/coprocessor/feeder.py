@@ -28,6 +28,10 @@ class DescriptorFeeder(wiring.Component):
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
     ``done`` when its queue is empty, nothing of it is offered, it is not
     busy, and every descriptor that left has completed (or it has faulted).
+    ``done`` is a register (the DMA's status is late in the cycle), so it
+    says what held in the previous cycle, and it is cleared with every
+    descriptor written for the channel: never done too early, a cycle late
+    at most.
 
     Parameters
     ----------
@@ -97,9 +101,11 @@ class DescriptorFeeder(wiring.Component):
                 arb.requests[c].eq(eligible[c]),
                 pop.eq(load & arb.valid & (arb.grant == c)),
                 q.r.ready.eq(self.flush | pop),
-                self.done[c].eq(empty[c] & ~offered[c] & ~st[c].busy
-                                & ((issued == st[c].done_count) | st[c].error)),
             ]
+            written = self.w.valid & self.w.ready & (self.w.p.chan == c)
+            m.d.sync += self.done[c].eq(empty[c] & ~offered[c] & ~st[c].busy & ~written
+                                        & ~self.flush
+                                        & ((issued == st[c].done_count) | st[c].error))
             with m.If(load & (arb.grant == c)):
                 m.d.sync += self.desc.payload.eq(q.r.payload)
             with m.If(self.flush):
