@@ -178,8 +178,8 @@ class Walker(wiring.Component):
                 s3.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
                 s3.row_end.eq(starting | row_end),
                 s3.desc_end.eq(desc_end),
+                # (these four with the stage's valid folded in, one input less where used)
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
-                # (each with the stage's valid folded in, one input less where they are used)
                 s3.ends.eq(v2 & Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
                 s3.emits.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty))),
                 s3.writes.eq(v2 & (s2.op != GrantOp.NONE)),
