@@ -393,7 +393,13 @@ def test_faults_mid_transfer(width):
     assert st2["faults"] == [(0, 0, 0x2001, int(TranslateCause.NOT_MAPPED.value))]
 
 
-def test_fault_then_clear_and_reuse():
+@pytest.mark.parametrize("first", [
+    desc(0x1ff0, DST_VA, 100, tag=1),
+    # faults in its 2nd row, while the walker still holds it: the slots are
+    # emptied under it (once left the channel stuck after the clear)
+    desc(0x1f00, DST_VA, 64, rows=64, src_stride=64, dst_stride=64, tag=1),
+], ids=["one-row", "mid-walk"])
+def test_fault_then_clear_and_reuse(first):
     """After a fault the channel discards descriptors until cleared; then works again."""
     rng = random.Random(3)
     arch = ARCH
@@ -417,7 +423,7 @@ def test_fault_then_clear_and_reuse():
             await stream_put(ctx, h.mmu.cmd, mmu_command(**c))
             tlb.apply(c)
         ctx.set(dma.fault.ready, 1)
-        await stream_put(ctx, dma.desc, dict(desc(0x1ff0, DST_VA, 100, tag=1), chan=1))
+        await stream_put(ctx, dma.desc, dict(first, chan=1))
         await wait_idle(ctx, 1)
         assert ctx.get(dma.status[1].error)
         assert ctx.get(dma.status[1].va) == 0x2000
@@ -437,7 +443,7 @@ def test_fault_then_clear_and_reuse():
 
     run_simulation(h, [main], [model.run])
     exp = [bytearray(m) for m in init]
-    reference(arch, tlb, exp, {1: [desc(0x1ff0, DST_VA, 100, tag=1)]})
+    reference(arch, tlb, exp, {1: [first]})
     reference(arch, tlb, exp, {1: [desc(0x0000, DST_VA + 0x800, 100, tag=3)]})
     assert exp == mems
 

@@ -128,7 +128,9 @@ class FrontEnd(wiring.Component):
                 m.d.sync += [walking[c].eq(0), full[c].bit_select(head[c], 1).eq(0),
                              head[c].eq(~head[c])]
             with m.If(self.halt[c]):
-                m.d.sync += [walking[c].eq(0), full[c].eq(0)]
+                # both pointers back to slot 0 too: emptied slots with the head
+                # elsewhere than the tail would never be walked again
+                m.d.sync += [walking[c].eq(0), full[c].eq(0), head[c].eq(0), tail[c].eq(0)]
             m.d.comb += [self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c))),
                          self.free_slots[c].eq(~full[c][0] + ~full[c][1])]
         return m

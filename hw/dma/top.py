@@ -150,8 +150,10 @@ class DMA(wiring.Component):
         m.submodules.reads = reads = Queue(Command(g), CMD_DEPTH, buffered=False)
         m.submodules.writer = writer = Writer(g)
         # a chunk is in flight from the walker to the writer's retirement: in the
-        # chunk queue, the translator's register, both command queues or the writer
-        inflight_limit = chunks.depth + 1 + cmds.depth + reads.depth + 1
+        # chunk queue, the translator's register, the command queue, the reader's
+        # decode register, the read queue, or the writer's decode register and
+        # current command
+        inflight_limit = chunks.depth + 1 + cmds.depth + 1 + reads.depth + 2
         m.submodules.done = done = Completion(g, ack_limit=self._ack_limit,
                                               inflight_limit=inflight_limit)
 
