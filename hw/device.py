@@ -426,7 +426,10 @@ class Device(wiring.Component):
         wiring.connect(m, net.remote_w, mem.write[1])
         wiring.connect(m, net.reduce_w, mem.write[3])
         wiring.connect(m, net.reduce_rd, mem.read[2])
-        wiring.connect(m, cop.sig, net.sig)
+        # SIGNALs leave through a register: the network's ready is late
+        m.submodules.sig_out = sig_out = RegisterSlice(SignalMessage(arch))
+        wiring.connect(m, cop.sig, sig_out.i)
+        wiring.connect(m, sig_out.o, net.sig)
         wiring.connect(m, net.sig_in, cop.sig_in)
         for j in range(arch.devices):
             wiring.connect(m, net.net_out[j], wiring.flipped(self.net_out[j]))
@@ -443,6 +446,6 @@ class Device(wiring.Component):
             self.step_ack.eq(cop.step_ack),
             self.running.eq(cop.status == StatusCode.RUNNING),
             self.stuck.eq((cop.status != StatusCode.RUNNING) | cop.blocked),
-            self.quiet.eq(cop.copies_done & mmu.idle & net.idle),
+            self.quiet.eq(cop.copies_done & mmu.idle & net.idle & ~sig_out.o.valid),
         ]
         return m
