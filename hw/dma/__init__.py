@@ -47,7 +47,9 @@ does the accounting. Each stage is a ``wiring.Component``; they are joined by ty
   the walker one channel per cycle.
 * :mod:`.walker` :class:`Walker`: the mid-end; per-channel walk state in LUT
   RAM, one chunk per grant, cut at row ends, smallest-page ends of the source
-  and destination and destination burst windows.
+  and destination and destination burst windows; three stages (read the
+  state, cut the chunk, write the state back, the write-back forwarded to a
+  read of the same channel in its cycle).
 * :mod:`.translate` :class:`Translator`: per-channel page cache, the MMU
   port, and the fault marker that halts a channel.
 * :mod:`.reader` :class:`Reader`: word reads of each command, credit-limited,
@@ -67,8 +69,12 @@ one ``burst_len``-beat window of the destination. The walker issues at most
 one chunk a cycle; one channel alone gets a grant every second cycle
 (plenty: a chunk is at least one beat and usually many); several share the
 grants round-robin, so their beats interleave chunk by chunk. Starting a
-descriptor costs its channel one grant; the back-end never waits for it as
-long as earlier chunks are queued.
+descriptor costs its channel one grant (and, when the same channel's grant
+arrives in the cycle its previous descriptor ends, one more cycle: the
+front end is given time to offer the next descriptor); the back-end never
+waits for it as long as earlier chunks are queued. The reader and the writer
+decode each command a cycle after taking it (registered for 125 MHz on an
+ECP5).
 
 Translation
 -----------
