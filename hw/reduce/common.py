@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FloatFormat", "FORMATS", "check_format", "check_lane_width", "pipeline_register"]
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["FloatFormat", "FORMATS", "check_format", "check_lane_width", "pipeline_register",
+           "LaneStage"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +96,35 @@ def pipeline_register(m, i, o, compute):
         m.d.sync += o.valid.eq(i.valid)
         with m.If(i.valid):
             m.d.sync += update
+
+
+class LaneStage(wiring.Component):
+    """One register stage of the adder: ``o`` loads what :meth:`compute`
+    makes of ``i`` (a :func:`pipeline_register`), lane by lane, the
+    side-band ``user`` carried along unchanged.
+
+    A stage class names its payloads with ``in_layout(fmt, lanes,
+    user_shape)`` and ``out_layout(...)`` and defines ``compute(m, p)``: the
+    statements that assign ``self.o.p`` from the input payload ``p`` (any
+    combinational logic it needs goes into ``m``).
+
+    Parameters
+    ----------
+    fmt : :class:`FloatFormat`
+    lanes : int
+        Elements per word.
+    user_shape : shape-castable
+        Side-band carried alongside, unchanged.
+    """
+
+    def __init__(self, fmt, lanes, user_shape=0):
+        self._fmt, self._lanes = fmt, lanes
+        super().__init__({
+            "i": In(stream.Signature(self.in_layout(fmt, lanes, user_shape))),
+            "o": Out(stream.Signature(self.out_layout(fmt, lanes, user_shape))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        pipeline_register(m, self.i, self.o, lambda p: self.compute(m, p))
+        return m

@@ -1,11 +1,9 @@
 """Adder stage 4: normalize the sum."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Cat, Mux, Signal
 
-from .common import pipeline_register
+from .common import LaneStage
 from .layouts import Lanes, NormLane, SumLane, ext_bits
 
 __all__ = ["Normalize", "leading_zeros"]
@@ -23,17 +21,12 @@ def leading_zeros(m, value, name):
     return lz
 
 
-class Normalize(wiring.Component):
+class Normalize(LaneStage):
     """Per lane: one place right after a carry out of the significand; else
     left by its leading zeros, but never below the smallest exponent (which
     leaves a subnormal). The hidden one, if any, ends at the top of
-    ``norm``, guard, round and sticky below its last place. One register.
-
-    Parameters
-    ----------
-    fmt : :class:`~.common.FloatFormat`
-    lanes : int
-    user_shape : shape-castable
+    ``norm``, guard, round and sticky below its last place. One register;
+    parameters as :class:`~.common.LaneStage`.
 
     Interface attributes
     --------------------
@@ -41,12 +34,13 @@ class Normalize(wiring.Component):
     o : ``Out(stream.Signature(Lanes(NormLane(fmt), lanes, user_shape)))``
     """
 
-    def __init__(self, fmt, lanes, user_shape=0):
-        self._fmt, self._lanes = fmt, lanes
-        super().__init__({
-            "i": In(stream.Signature(Lanes(SumLane(fmt), lanes, user_shape))),
-            "o": Out(stream.Signature(Lanes(NormLane(fmt), lanes, user_shape))),
-        })
+    @staticmethod
+    def in_layout(fmt, lanes, user_shape):
+        return Lanes(SumLane(fmt), lanes, user_shape)
+
+    @staticmethod
+    def out_layout(fmt, lanes, user_shape):
+        return Lanes(NormLane(fmt), lanes, user_shape)
 
     def _lane(self, m, k, s, o):
         E, W = self._fmt.exp_bits, ext_bits(self._fmt)
@@ -61,14 +55,8 @@ class Normalize(wiring.Component):
             o.sign.eq(s.sign), o.nan.eq(s.nan), o.inf.eq(s.inf),
         ]
 
-    def elaborate(self, platform):
-        m = Module()
-
-        def compute(p):
-            out = [self.o.p.user.eq(p.user)]
-            for k in range(self._lanes):
-                out += self._lane(m, k, p.lanes[k], self.o.p.lanes[k])
-            return out
-
-        pipeline_register(m, self.i, self.o, compute)
-        return m
+    def compute(self, m, p):
+        out = [self.o.p.user.eq(p.user)]
+        for k in range(self._lanes):
+            out += self._lane(m, k, p.lanes[k], self.o.p.lanes[k])
+        return out

@@ -1,30 +1,21 @@
 """Adder stage 1: unpack both operands and order them by magnitude."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Cat, Mux, Signal
 
-from .common import pipeline_register
+from .common import LaneStage
 from .layouts import AddOperands, Lanes, OrderedLane, ext_bits
 
 __all__ = ["Order"]
 
 
-class Order(wiring.Component):
+class Order(LaneStage):
     """Per lane: classify both operands (NaN, infinity), put the one of
     larger magnitude in ``big`` and the other in ``small``, and work out how
     far :class:`~.align.Align` must shift ``small``: the exponent difference,
     capped where only the sticky bit would be left. A subnormal's exponent
     counts as 1 and its hidden bit as 0, so subnormals need no special case.
-    One register.
-
-    Parameters
-    ----------
-    fmt : :class:`~.common.FloatFormat`
-    lanes : int
-    user_shape : shape-castable
-        Side-band carried alongside, unchanged.
+    One register; parameters as :class:`~.common.LaneStage`.
 
     Interface attributes
     --------------------
@@ -32,12 +23,13 @@ class Order(wiring.Component):
     o : ``Out(stream.Signature(Lanes(OrderedLane(fmt), lanes, user_shape)))``
     """
 
-    def __init__(self, fmt, lanes, user_shape=0):
-        self._fmt, self._lanes = fmt, lanes
-        super().__init__({
-            "i": In(stream.Signature(AddOperands(fmt, lanes, user_shape))),
-            "o": Out(stream.Signature(Lanes(OrderedLane(fmt), lanes, user_shape))),
-        })
+    @staticmethod
+    def in_layout(fmt, lanes, user_shape):
+        return AddOperands(fmt, lanes, user_shape)
+
+    @staticmethod
+    def out_layout(fmt, lanes, user_shape):
+        return Lanes(OrderedLane(fmt), lanes, user_shape)
 
     def _lane(self, m, k, a, b):
         f = self._fmt
@@ -64,17 +56,10 @@ class Order(wiring.Component):
             "big": big["sig"], "small": small["sig"], "shift": Mux(diff > W, W, diff),
         }
 
-    def elaborate(self, platform):
-        m = Module()
+    def compute(self, m, p):
         w = self._fmt.width
-
-        def compute(p):
-            out = [self.o.p.user.eq(p.user)]
-            for k in range(self._lanes):
-                fields = self._lane(m, k, p.a[k * w:(k + 1) * w], p.b[k * w:(k + 1) * w])
-                lane = self.o.p.lanes[k]
-                out += [getattr(lane, name).eq(v) for name, v in fields.items()]
-            return out
-
-        pipeline_register(m, self.i, self.o, compute)
-        return m
+        out = [self.o.p.user.eq(p.user)]
+        for k in range(self._lanes):
+            fields = self._lane(m, k, p.a[k * w:(k + 1) * w], p.b[k * w:(k + 1) * w])
+            out += [getattr(self.o.p.lanes[k], name).eq(v) for name, v in fields.items()]
+        return out

@@ -1,29 +1,22 @@
 """Adder stage 5: round to nearest even and pack."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Cat, Const, Mux, Signal
 
-from .common import pipeline_register
+from .common import LaneStage
 from .layouts import GUARD_BITS, AddResult, Lanes, NormLane, ext_bits
 
 __all__ = ["RoundPack"]
 
 
-class RoundPack(wiring.Component):
+class RoundPack(LaneStage):
     """Per lane: round to nearest, ties to even, on the guard bit and the
     sticky OR of the bits below it, and pack. The rounding increment may
     carry into the exponent (a subnormal becomes normal, a significand of all
     ones moves up a binade, the largest finite number becomes infinity).
     Finally the special cases: the canonical quiet NaN
-    (:attr:`~.common.FloatFormat.quiet_nan`) or an infinity. One register.
-
-    Parameters
-    ----------
-    fmt : :class:`~.common.FloatFormat`
-    lanes : int
-    user_shape : shape-castable
+    (:attr:`~.common.FloatFormat.quiet_nan`) or an infinity. One register;
+    parameters as :class:`~.common.LaneStage`.
 
     Interface attributes
     --------------------
@@ -31,12 +24,13 @@ class RoundPack(wiring.Component):
     o : ``Out(stream.Signature(AddResult(fmt, lanes, user_shape)))``
     """
 
-    def __init__(self, fmt, lanes, user_shape=0):
-        self._fmt, self._lanes = fmt, lanes
-        super().__init__({
-            "i": In(stream.Signature(Lanes(NormLane(fmt), lanes, user_shape))),
-            "o": Out(stream.Signature(AddResult(fmt, lanes, user_shape))),
-        })
+    @staticmethod
+    def in_layout(fmt, lanes, user_shape):
+        return Lanes(NormLane(fmt), lanes, user_shape)
+
+    @staticmethod
+    def out_layout(fmt, lanes, user_shape):
+        return AddResult(fmt, lanes, user_shape)
 
     def _lane(self, m, k, s):
         f = self._fmt
@@ -58,15 +52,9 @@ class RoundPack(wiring.Component):
             m.d.comb += out.eq(Cat(packed[:E + F], s.sign))
         return out
 
-    def elaborate(self, platform):
-        m = Module()
+    def compute(self, m, p):
         w = self._fmt.width
-
-        def compute(p):
-            out = [self.o.p.user.eq(p.user)]
-            for k in range(self._lanes):
-                out.append(self.o.p.sum[k * w:(k + 1) * w].eq(self._lane(m, k, p.lanes[k])))
-            return out
-
-        pipeline_register(m, self.i, self.o, compute)
-        return m
+        out = [self.o.p.user.eq(p.user)]
+        for k in range(self._lanes):
+            out.append(self.o.p.sum[k * w:(k + 1) * w].eq(self._lane(m, k, p.lanes[k])))
+        return out
