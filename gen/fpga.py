@@ -372,7 +372,7 @@ def ooc_component(opts: OocOptions):
     from hw.device import Device
     # one shared write port, as on the boards: block RAM has one (with a port
     # per writer the memory becomes flip-flops: 145,736 LUT4 at 4 KiB)
-    return Device(arch, data_width=opts.bus_bits, shared_write=True)
+    return Device(arch, data_width=opts.bus_bits, shared_write=True, shared_read=True)
 
 
 def build_ooc(opts: OocOptions) -> dict:
@@ -436,10 +436,12 @@ def board_reshard(opts: BoardOptions, progress=lambda m: None):
                            progress)
 
 
-def board_top(compiled, *, uart_divisor: int, shared_write: bool = True):
+def board_top(compiled, *, uart_divisor: int, shared_write: bool = True,
+              shared_read: bool = True):
     """The self-checking top for a compiled reshard (images required). Each
     device memory's writers share one write port (``shared_write``), as the
-    FPGA's block RAM has one."""
+    FPGA's block RAM has one, and its readers one read port (``shared_read``:
+    each more read port would be a copy of the block RAMs)."""
     import zlib
     from hw.board import BoardTop
     if compiled.memories is None:
@@ -447,7 +449,7 @@ def board_top(compiled, *, uart_divisor: int, shared_write: bool = True):
     return BoardTop(compiled.arch, data_width=compiled.bus_bits,
                     programs=[d.words for d in compiled.devices], memories=compiled.memories,
                     expected_crc=zlib.crc32(b"".join(compiled.expected)), uart_divisor=uart_divisor,
-                    shared_write=shared_write)
+                    shared_write=shared_write, shared_read=shared_read)
 
 
 _BOARD_TB = """\

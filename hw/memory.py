@@ -156,6 +156,13 @@ class BankedMemory(wiring.Component):
         granted round-robin (a port's ``ready`` is low while another is
         granted): what an FPGA's block RAM, with one write port, needs. With
         ``False`` every write port is its own physical port and always ready.
+    shared_read : bool
+        Serve the read ports through one physical read port per memory,
+        granted round-robin among the requests (a port's ``req.ready`` is low
+        while another is granted; a response goes to the port that asked and
+        is held there until taken, as on a port of its own). On an FPGA each
+        physical read port is a copy of every block RAM; with ``False`` each
+        read port is its own.
     macro : bool
         Elaborate each bank as an instance of the SRAM macro ``reshard_sram``
         (:data:`SRAM_VERILOG` is its simulation model) instead of an Amaranth
@@ -173,7 +180,7 @@ class BankedMemory(wiring.Component):
     """
 
     def __init__(self, *, data_width=32, size=4096, banks=1, read_ports=1, write_ports=1,
-                 init=b"", shared_write=False, macro=False):
+                 init=b"", shared_write=False, shared_read=False, macro=False):
         check_bus_width(data_width)
         word = lanes(data_width)
         if not isinstance(banks, int) or banks < 1 or banks & (banks - 1):
@@ -190,6 +197,7 @@ class BankedMemory(wiring.Component):
             raise ValueError("A macro memory starts zeroed; it cannot take initial contents")
         self._macro = bool(macro)
         self._shared_write = bool(shared_write)
+        self._shared_read = bool(shared_read)
         if len(init) > size:
             raise ValueError(f"Initial contents of {len(init)} bytes exceed the memory size "
                              f"of {size} bytes")
@@ -223,6 +231,8 @@ class BankedMemory(wiring.Component):
     banks = property(lambda self: self._banks, doc="Number of banks.")
     read_ports = property(lambda self: self._read_ports, doc="Number of read ports.")
     write_ports = property(lambda self: self._write_ports, doc="Number of write ports.")
+    shared_read = property(lambda self: self._shared_read,
+                           doc="The read ports share one physical read port.")
     shared_write = property(lambda self: self._shared_write,
                             doc="Write ports share one physical port.")
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
@@ -284,6 +294,30 @@ class BankedMemory(wiring.Component):
         else:
             m.d.comb += port.rsp.p.eq(words[0])
 
+    def _physical_reads(self, m):
+        """The read ports the banks serve: each port as it is, or
+        (``shared_read``) one port whose requests a round-robin arbiter takes
+        from the ports and whose responses go back to the port that asked."""
+        ports = [self.read[p] for p in range(self._read_ports)]
+        if not self._shared_read or len(ports) == 1:
+            return ports
+        phys = ReadPortSignature(self._addr_width, self._data_width).flip().create(
+            path=("shared_r",))
+        m.submodules.read_arbiter = rr = RoundRobin(len(ports))
+        owner = Signal(range(max(2, len(ports))), name="shared_r_owner")
+        m.d.comb += [rr.requests.eq(Cat(*[port.req.valid for port in ports])),
+                     rr.advance.eq(phys.req.ready), phys.req.valid.eq(rr.valid)]
+        for p, port in enumerate(ports):
+            with m.If(rr.grant == p):
+                m.d.comb += [phys.req.p.eq(port.req.p), port.req.ready.eq(phys.req.ready)]
+            with m.If(owner == p):
+                m.d.comb += phys.rsp.ready.eq(port.rsp.ready)
+            m.d.comb += [port.rsp.valid.eq(phys.rsp.valid & (owner == p)),
+                         port.rsp.p.eq(phys.rsp.p)]
+        with m.If(phys.req.valid & phys.req.ready):
+            m.d.sync += owner.eq(rr.grant)
+        return [phys]
+
     def _physical_writes(self, m):
         """The write requests that reach the memory: each port as it is, or
         (``shared_write``) the one port a round-robin arbiter grants."""
@@ -307,8 +341,7 @@ class BankedMemory(wiring.Component):
         W, B = self._data_width, lanes(self._data_width)
         abits = index_bits(self._depth)
         rsp = []
-        for p in range(self._read_ports):
-            port = self.read[p]
+        for p, port in enumerate(self._physical_reads(m)):
             sel, accept = self._read_control(m, p, port, bank_bits)
             rsp.append((port, sel, accept))
         bank_rdata = []
@@ -325,10 +358,10 @@ class BankedMemory(wiring.Component):
             for p, (port, _sel, accept) in enumerate(rsp):
                 re.append(accept & port.req.valid)
                 raddr.append(port.req.p[bank_bits:][:abits])
-            rdata = Signal(W * self._read_ports, name=f"b{b}_rdata")
+            rdata = Signal(W * len(rsp), name=f"b{b}_rdata")
             m.submodules[f"bank{b}"] = Instance(
                 "reshard_sram", p_WIDTH=W, p_DEPTH=self._depth, p_ABITS=abits,
-                p_WPORTS=len(writes), p_RPORTS=self._read_ports,
+                p_WPORTS=len(writes), p_RPORTS=len(rsp),
                 i_clk=ClockSignal("sync"), i_we=Cat(*we), i_waddr=Cat(*waddr), i_wdata=Cat(*wdata),
                 i_re=Cat(*re), i_raddr=Cat(*raddr), o_rdata=rdata)
             bank_rdata.append(rdata)
@@ -358,8 +391,7 @@ class BankedMemory(wiring.Component):
                     wp.en.eq(Mux(valid & bank_hit, req.be, 0)),
                 ]
 
-        for p in range(self._read_ports):
-            port = self.read[p]
+        for p, port in enumerate(self._physical_reads(m)):
             sel, accept = self._read_control(m, p, port, bank_bits)
             rdata = []
             for b, mem in enumerate(mems):

@@ -51,7 +51,8 @@ def _board(corrupt=False, programs_text=PROGRAMS_TEXT):
     result (its CRC flipped in one bit with ``corrupt``)."""
     crc = _expected_crc(PROGRAMS_TEXT) ^ (1 if corrupt else 0)
     top = BoardTop(ARCH, data_width=64, programs=[assemble(t) for t in programs_text],
-                   memories=_memories(), expected_crc=crc, uart_divisor=DIVISOR, shared_write=True)
+                   memories=_memories(), expected_crc=crc, uart_divisor=DIVISOR, shared_write=True,
+                   shared_read=True)
     return top, crc
 
 

