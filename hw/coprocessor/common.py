@@ -8,11 +8,11 @@ from amaranth.lib.wiring import Out
 from amaranth.utils import ceil_log2
 
 from ..isa import FORMATS, OPCODE_BITS, WORD_BITS, Cause, Op, Status, field_of
-from ..lib import chan_bits, counter_shape, dev_bits, sem_bits
+from ..lib import chan_bits, dev_bits, sem_bits
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
            "InstructionWord", "ImemWrite", "SignalMessage", "Fetched", "Decoded", "StopRequest",
-           "WriteBeatSignature", "semaphore_shape", "descriptor_bytes_shape", "beat_bytes",
+           "WriteBeatSignature", "semaphore_shape", "beat_bytes",
            "first_fault_cause"]
 
 #: :class:`hw.isa.Status` as an Amaranth enum (the status register's shape).
@@ -87,11 +87,6 @@ class WriteBeatSignature(wiring.Signature):
 def semaphore_shape():
     """A semaphore holds any count a ``WAIT`` can ask for (and saturates there)."""
     return unsigned(field_of(Op.WAIT, "count").width)
-
-
-def descriptor_bytes_shape():
-    """Bytes one COPY moves: ``rows * row_bytes``."""
-    return counter_shape(field_of(Op.COPY, "rows").mask * field_of(Op.COPY, "row_bytes").mask)
 
 
 def beat_bytes(be):
