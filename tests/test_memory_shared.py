@@ -76,10 +76,9 @@ def test_ports_are_always_ready_without_sharing():
 @pytest.mark.parametrize("banks", [1, 2])
 def test_shared_read_port_answers_each_port_in_order(banks):
     """Three read ports through one physical port, each with random request
-    gaps and random back-pressure on its responses: every port gets the
-    words it asked for, in order, one cycle after its request was taken at
-    the earliest, and the physical port serves one request a cycle (no port
-    sees a response it did not ask for)."""
+    gaps and random back-pressure on its responses: every port gets exactly
+    the words it asked for, in order (no port sees a response it did not ask
+    for), and no two requests are taken in one cycle."""
     rng = random.Random(10 + banks)
     init = bytes(rng.randrange(256) for _ in range(256))
     mem = BankedMemory(data_width=32, size=256, banks=banks, read_ports=PORTS, write_ports=1,
