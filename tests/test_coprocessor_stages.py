@@ -10,7 +10,7 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import data
 
 from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor
-from hw.coprocessor.common import CauseCode, StatusCode
+from hw.coprocessor.common import CauseCode, StatusCode, dispatch_of
 from hw.coprocessor.counters import Counters
 from hw.coprocessor.decode import Decoder
 from hw.coprocessor.faults import FaultQueue
@@ -20,7 +20,7 @@ from hw.coprocessor.issue import CopyIssue
 from hw.coprocessor.mmu_cmd import MmuCommandUnit
 from hw.coprocessor.sequencer import UNIT_OPS, Sequencer
 from hw.coprocessor.sync import SyncUnit
-from hw.isa import FORMATS, ISA_VERSION, ArchParams, Cause, Op, Status, encode
+from hw.isa import FORMATS, ISA_VERSION, OPCODE_BITS, ArchParams, Cause, Op, Status, encode
 from hw.mmu import MmuOp
 
 PG = 256
@@ -145,10 +145,13 @@ def test_decoder_causes_match_the_golden_model():
         for _ in cases:
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
             got.append(int(p.cause.value) if hasattr(p.cause, "value") else int(p.cause))
+            units.append({name: int(getattr(p.unit, name)) for name in dispatch_of(0)})
 
-    log = []
+    log, units = [], []
     run_simulation(clocked(dut), [producer, consumer], [stream_monitor(dut.o, log=log, name="o")])
     assert got == expect
+    # the pre-decoded dispatch: the unit of a legal instruction's opcode, none for an illegal one
+    assert units == [dispatch_of(w & ((1 << OPCODE_BITS) - 1), c) for (_, w), c in zip(cases, expect)]
     assert any(expect) and not all(expect)
 
 
@@ -169,12 +172,13 @@ def test_sequencer_dispatches_in_order_and_stops():
         ctx.set(dut.start, 0)
         assert code(ctx.get(dut.status)) == StatusCode.RUNNING.value
         await ctx.tick().until(dut.run)
-        for pc, w in enumerate(words):
-            await stream_put(ctx, dut.insn, {"pc": pc, "word": {"bits": w}, "cause": CauseCode.NONE},
-                             rng=rng, idle_prob=0.3)
+        for pc, (op, w) in enumerate(zip(ops, words)):
+            await stream_put(ctx, dut.insn, {"pc": pc, "word": {"bits": w}, "cause": CauseCode.NONE,
+                                             "unit": dispatch_of(op)}, rng=rng, idle_prob=0.3)
         # an illegal instruction stops the program where it is
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"pc": 7, "word": {"bits": 0x55}, "cause": CauseCode.BAD_OPCODE})
+        ctx.set(dut.insn.p, {"pc": 7, "word": {"bits": 0x55}, "cause": CauseCode.BAD_OPCODE,
+                             "unit": dispatch_of(0x55, Cause.BAD_OPCODE)})
         await ctx.tick()
         ctx.set(dut.insn.valid, 0)
         assert (code(ctx.get(dut.status)), code(ctx.get(dut.cause))) == (
@@ -206,7 +210,8 @@ def test_sequencer_lock_step_one_instruction_per_grant():
         ctx.set(dut.start, 0)
         await ctx.tick().until(dut.run)
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"pc": 0, "word": {"bits": V}, "cause": CauseCode.NONE})
+        ctx.set(dut.insn.p, {"pc": 0, "word": {"bits": V}, "cause": CauseCode.NONE,
+                             "unit": dispatch_of(Op.VERSION)})
         for cycle in range(12):
             ctx.set(dut.step_grant, cycle % 4 in (1, 2))
             _, _, ack, taken = await ctx.tick().sample(dut.step_ack, dut.insn.ready)

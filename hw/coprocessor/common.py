@@ -7,11 +7,12 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import Out
 from amaranth.utils import ceil_log2
 
-from ..isa import FORMATS, OPCODE_BITS, WORD_BITS, Cause, Op, Status, field_of
+from ..isa import COPY_OPS, FORMATS, OPCODE_BITS, WORD_BITS, Cause, Op, Status, field_of
 from ..lib import chan_bits, dev_bits, sem_bits
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
-           "InstructionWord", "ImemWrite", "SignalMessage", "Fetched", "Decoded", "StopRequest",
+           "InstructionWord", "ImemWrite", "SignalMessage", "Fetched", "UNIT_OPS", "Dispatch",
+           "dispatch_of", "Decoded", "StopRequest",
            "WriteBeatSignature", "semaphore_shape", "beat_bytes",
            "first_fault_cause"]
 
@@ -62,11 +63,35 @@ class Fetched(data.StructLayout):
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord()})
 
 
+#: The opcodes each execution unit executes; VERSION retires in the sequencer.
+UNIT_OPS = {
+    "copy": COPY_OPS,
+    "sync": (Op.FENCE, Op.SIGNAL, Op.WAIT, Op.HALT),
+    "mmu": (Op.REMAP, Op.INVAL, Op.COMMIT),
+}
+
+
+class Dispatch(data.StructLayout):
+    """Where a legal instruction goes: ``version`` (it retires in the sequencer)
+    or one flag per unit of :data:`UNIT_OPS`; all zero for an illegal one.
+    Decoded one stage ahead, so that the retire decision reads registered flags."""
+    def __init__(self):
+        super().__init__({"version": 1, **{name: 1 for name in UNIT_OPS}})
+
+
+def dispatch_of(opcode, cause=Cause.NONE):
+    """The :class:`Dispatch` value (a dict) of an instruction: its opcode and cause."""
+    legal = int(cause) == int(Cause.NONE)
+    return {"version": int(legal and opcode == Op.VERSION),
+            **{name: int(legal and opcode in ops) for name, ops in UNIT_OPS.items()}}
+
+
 class Decoded(data.StructLayout):
-    """A fetched instruction with its illegal-instruction cause (``NONE``: legal)."""
+    """A fetched instruction with its illegal-instruction cause (``NONE``: legal)
+    and where it goes (:class:`Dispatch`)."""
     def __init__(self, imem_words):
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
-                          "cause": CauseCode})
+                          "cause": CauseCode, "unit": Dispatch()})
 
 
 class StopRequest(data.StructLayout):

@@ -10,7 +10,7 @@ from amaranth.utils import exact_log2
 from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS,
                    Cause, Op, field_of, reserved_mask)
 from ..lib import page_offset_mask
-from .common import CauseCode, Decoded, Fetched
+from .common import UNIT_OPS, CauseCode, Decoded, Fetched
 
 __all__ = ["Decoder", "FIELD_CHECKS"]
 
@@ -68,7 +68,9 @@ def _violations(arch, op, f, *, first, version):
 class Decoder(wiring.Component):
     """Finds why an instruction is illegal, exactly as ``model/golden.py`` does.
 
-    A combinational stage: ``o`` is ``i`` with the cause added. One register:
+    A combinational stage: ``o`` is ``i`` with the cause added, and where the
+    instruction goes if it is legal (``unit``, :class:`~.common.Dispatch`:
+    ``version`` or the unit of :data:`~.common.UNIT_OPS`). One register:
     the program's ISA version, taken from its legal VERSION at word 0 as that
     instruction leaves (the next word is decoded only after it has). The checks,
     first failing one wins: ``PC_OVERFLOW`` (``pc`` past the instruction
@@ -86,7 +88,8 @@ class Decoder(wiring.Component):
     --------------------
     i : ``In(stream.Signature(Fetched(imem_words)))``
     o : ``Out(stream.Signature(Decoded(imem_words)))``
-        ``cause`` is ``NONE`` for a legal instruction.
+        ``cause`` is ``NONE`` for a legal instruction; ``unit`` is all zero
+        for an illegal one.
     """
 
     def __init__(self, arch):
@@ -131,4 +134,8 @@ class Decoder(wiring.Component):
                                 m.d.comb += cause.eq(CauseCode[why.name])
                 with m.Default():
                     m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
+        legal, unit = cause == CauseCode.NONE, self.o.p.unit
+        m.d.comb += unit.version.eq(legal & (word.opcode == Op.VERSION))
+        m.d.comb += [unit[name].eq(legal & word.opcode.matches(*ops))
+                     for name, ops in UNIT_OPS.items()]
         return m

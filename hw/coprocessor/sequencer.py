@@ -1,21 +1,13 @@
 """Sequencer: start, clear, execute, stop; lock-step grants; dispatch to the units."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import COPY_OPS, Op
-from .common import CauseCode, Decoded, InstructionWord, StatusCode, StopRequest
+from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord, StatusCode, StopRequest
 
 __all__ = ["Sequencer", "UNIT_OPS"]
-
-#: The opcodes each execution unit executes; VERSION retires in the sequencer.
-UNIT_OPS = {
-    "copy": COPY_OPS,
-    "sync": (Op.FENCE, Op.SIGNAL, Op.WAIT, Op.HALT),
-    "mmu": (Op.REMAP, Op.INVAL, Op.COMMIT),
-}
 
 
 class Sequencer(wiring.Component):
@@ -30,7 +22,9 @@ class Sequencer(wiring.Component):
       executed in order. An illegal one stops with ``ILLEGAL`` and its cause;
       a VERSION retires here; every other instruction goes to the unit of
       :data:`UNIT_OPS` on the stream of that name, and retires when the unit
-      takes it. A unit may instead stop the program (``sync_stop``,
+      takes it. Which one is the decoder's ``unit`` flags (registered with
+      the instruction), so the retire decision is an AND-OR of flags and the
+      units' ``ready``. A unit may instead stop the program (``sync_stop``,
       ``mmu_stop``): the status and cause are set and the program counter
       stays at the instruction.
 
@@ -92,17 +86,13 @@ class Sequencer(wiring.Component):
         # dispatch: a legal instruction to its unit; it retires when taken
         legal = Signal()
         m.d.comb += legal.eq(insn.p.cause == CauseCode.NONE)
-        taken = [self.step & (insn.p.word.opcode == Op.VERSION)]
-        for name, ops in UNIT_OPS.items():
+        unit = insn.p.unit
+        taken = [unit.version & self.step]
+        for name in UNIT_OPS:
             port = getattr(self, name)
-            ours = Signal(name=f"to_{name}")
-            m.d.comb += [
-                ours.eq(legal & insn.p.word.opcode.matches(*ops)),
-                port.valid.eq(insn.valid & ours),
-                port.p.eq(insn.p.word),
-            ]
-            taken.append(ours & port.ready)
-        m.d.comb += insn.ready.eq(legal & (taken[0] | taken[1] | taken[2] | taken[3]))
+            m.d.comb += [port.valid.eq(insn.valid & unit[name]), port.p.eq(insn.p.word)]
+            taken.append(unit[name] & port.ready)
+        m.d.comb += insn.ready.eq(Cat(*taken).any())
         with m.If(self.restart):
             m.d.sync += self.pc.eq(0)
         with m.Elif(insn.valid & insn.ready):

@@ -21,7 +21,8 @@ class SyncUnit(wiring.Component):
       if one of them faulted, stops ``FAULT`` with the cause of the
       lowest-numbered one; else the mask's channels are fenced.
     * ``SIGNAL``: sends (device, semaphore) on ``sig``.
-    * ``WAIT``: waits until the semaphore reaches the count, then subtracts
+    * ``WAIT``: waits until the semaphore reaches the count, then (a cycle
+      later: the comparison is registered, off the retire path) subtracts
       it; while below, ``blocked`` is high, and ``quiesced`` stops the program
       ``ABORTED`` / ``DEADLOCK`` (whatever ``step`` says: a blocked device
       holds no grant).
@@ -99,6 +100,13 @@ class SyncUnit(wiring.Component):
             with m.If(w.wait.sem == s):
                 m.d.comb += sem_val.eq(val)
 
+        # a WAIT's check is registered: reached in one cycle, the WAIT retires in
+        # the next (until it does, its semaphore can only grow)
+        reached, satisfied = Signal(), Signal()
+        m.d.comb += reached.eq(sem_val >= w.wait.count)
+        m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & (w.opcode == Op.WAIT)
+                                 & reached & ~self.restart)
+
         # fences
         fmask = Signal(C)
         m.d.comb += fmask.eq(Mux(w.fence.mask == 0, (1 << C) - 1, w.fence.mask[:C]))
@@ -125,10 +133,10 @@ class SyncUnit(wiring.Component):
                 with m.Case(Op.SIGNAL):
                     m.d.comb += [self.sig.valid.eq(step), self.insn.ready.eq(step & self.sig.ready)]
                 with m.Case(Op.WAIT):
-                    with m.If(sem_val >= w.wait.count):
+                    with m.If(satisfied):
                         with m.If(step):
                             m.d.comb += [self.insn.ready.eq(1), sem_dec.eq(w.wait.count)]
-                    with m.Else():
+                    with m.Elif(~reached):
                         m.d.comb += self.blocked.eq(1)
                         with m.If(self.quiesced):
                             m.d.comb += [self.stop.valid.eq(1),
