@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import data
 
 from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor
 from hw.coprocessor.common import CauseCode, StatusCode, dispatch_of
 from hw.coprocessor.counters import Counters
-from hw.coprocessor.decode import Decoder
+from hw.coprocessor.decode import CauseSelect, Decoder, FieldChecks
 from hw.coprocessor.faults import FaultQueue
 from hw.coprocessor.feeder import DescriptorFeeder
 from hw.coprocessor.fetch import Fetch
@@ -153,6 +154,12 @@ def test_decoder_causes_match_the_golden_model():
     # the pre-decoded dispatch: the unit of a legal instruction's opcode, none for an illegal one
     assert units == [dispatch_of(w & ((1 << OPCODE_BITS) - 1), c) for (_, w), c in zip(cases, expect)]
     assert any(expect) and not all(expect)
+
+
+def test_decoder_stages_check_their_arch():
+    for cls in (Decoder, FieldChecks, CauseSelect):
+        with pytest.raises(TypeError, match="arch must be an ArchParams, not 'x'"):
+            cls("x")
 
 
 # ------------------------------------------------------------------ sequencer

@@ -24,9 +24,12 @@ free_slots, chan_status --> DescriptorFeeder ==desc==> (DMA)                --fl
   host-writable while stopped) read ahead of execution (programs have no
   jumps), one word a cycle, through the block RAM's register and one more.
 * :class:`~.decode.Decoder` (``decode.py``): the illegal-instruction checks,
-  in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`;
-  registered by a :class:`hw.lib.RegisterSlice`, so that decoding and
-  executing an instruction are in different cycles.
+  in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`, in two
+  stages with a :class:`hw.lib.RegisterSlice` between them (every opcode's
+  field checks on the word, then the priority among the opcode's own), and
+  where a legal instruction goes (its unit, as one flag each); registered by
+  another :class:`hw.lib.RegisterSlice`, so that decoding and executing an
+  instruction are in different cycles and the retire decision reads flags.
 * :class:`~.sequencer.Sequencer` (``sequencer.py``): start, clear the
   previous run's leftovers, execute in order, stop; lock-step grants;
   dispatch of each legal instruction to its unit; the program counter.

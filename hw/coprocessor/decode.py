@@ -1,18 +1,17 @@
 """Decode: the illegal-instruction checks, in ``model/golden.py``'s order."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-
 from amaranth.utils import exact_log2
 
 from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS,
-                   Cause, Op, field_of, reserved_mask)
-from ..lib import page_offset_mask
-from .common import UNIT_OPS, CauseCode, Decoded, Fetched
+                   ArchParams, Cause, Op, field_of, reserved_mask)
+from ..lib import RegisterSlice, page_offset_mask
+from .common import UNIT_OPS, CauseCode, Decoded, Fetched, InstructionWord
 
-__all__ = ["Decoder", "FIELD_CHECKS"]
+__all__ = ["Decoder", "FieldChecks", "CauseSelect", "Checked", "FIELD_CHECKS"]
 
 #: The field checks of every opcode, in the order they are made (after the
 #: reserved bits): ``(field, rule)``. A rule is an ``ArchParams`` count (the
@@ -42,43 +41,167 @@ for _op, _checks in FIELD_CHECKS.items():          # every checked field is in t
         field_of(_op, _name)
 
 
-def _violations(arch, op, f, *, first, version):
-    """``(condition, cause)`` for each field check of ``op`` on the view ``f``;
-    ``first``: the instruction is word 0; ``version``: the program's version."""
-    A = arch.addr_bits
-    out = []
-    for name, rule in FIELD_CHECKS.get(op, ()):
-        v = getattr(f, name)
-        if rule == "version":
-            supported = v.matches(*SUPPORTED_VERSIONS)
-            out.append((~(first & supported | ~first & (v == version)), Cause.VERSION_MISMATCH))
-        elif rule == "address":
-            over = v[A:].any() if A < field_of(op, name).width else Const(0)
-            out.append((over, Cause.ADDRESS_WIDTH))
-        elif rule == "aligned":
-            out.append(((v[:A] & page_offset_mask(arch.page_sizes, f.size)) != 0,
-                        Cause.MISALIGNED))
-        elif rule == "element":
-            out.append((v[:exact_log2(ELEMENT_BYTES[op])].any(), Cause.MISALIGNED))
-        else:
-            out.append((v >= getattr(arch, rule), _LIMIT_CAUSE[rule]))
-    return out
+def _check_arch(arch):
+    if not isinstance(arch, ArchParams):
+        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+
+
+def _early_checks(op):
+    """The checks of ``op`` made in the first stage, in table order: the
+    reserved bits, then every field check of :data:`FIELD_CHECKS` but the
+    ``"version"`` rule (it needs the program's version): ``(field, rule)``,
+    ``None`` for the reserved bits."""
+    return [None] + [(name, rule) for name, rule in FIELD_CHECKS.get(op, ()) if rule != "version"]
+
+
+def _field_violation(arch, op, f, name, rule):
+    """The condition that field ``name`` of the view ``f`` breaks ``rule``."""
+    A, v = arch.addr_bits, getattr(f, name)
+    if rule == "address":
+        return v[A:].any() if A < field_of(op, name).width else Const(0)
+    if rule == "aligned":
+        return (v[:A] & page_offset_mask(arch.page_sizes, f.size)) != 0
+    if rule == "element":
+        return v[:exact_log2(ELEMENT_BYTES[op])].any()
+    return v >= getattr(arch, rule)
+
+
+_RULE_CAUSE = {"address": Cause.ADDRESS_WIDTH, "aligned": Cause.MISALIGNED,
+               "element": Cause.MISALIGNED, **_LIMIT_CAUSE}
+
+
+class Checked(data.StructLayout):
+    """A fetched instruction with the result of every first-stage check of every
+    opcode (``fails.<op>``: bit *k* is check *k* of :func:`_early_checks`)."""
+    def __init__(self, imem_words):
+        fails = {op.name.lower(): len(_early_checks(op)) for op in FORMATS}
+        super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
+                          "fails": data.StructLayout(fails)})
+
+
+class FieldChecks(wiring.Component):
+    """First decode stage (combinational): every check that needs only the word
+    (reserved bits, field limits, widths, alignment), for every opcode's view
+    of it at once; which of them counts is decided in the next stage.
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(Fetched(imem_words)))``
+    o : ``Out(stream.Signature(Checked(imem_words)))``
+    """
+
+    def __init__(self, arch):
+        _check_arch(arch)
+        self._arch = arch
+        super().__init__({
+            "i": In(stream.Signature(Fetched(arch.imem_words))),
+            "o": Out(stream.Signature(Checked(arch.imem_words))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        word = self.i.p.word
+        m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
+                     self.o.p.pc.eq(self.i.p.pc), self.o.p.word.eq(word)]
+        for op in FORMATS:
+            f, fails = getattr(word, op.name.lower()), getattr(self.o.p.fails, op.name.lower())
+            for k, check in enumerate(_early_checks(op)):
+                cond = ((word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
+                        else _field_violation(self._arch, op, f, *check))
+                m.d.comb += fails[k].eq(cond)
+        return m
+
+
+class CauseSelect(wiring.Component):
+    """Second decode stage (combinational): the first failing check of the
+    instruction's opcode, in ``model/golden.py``'s order, and where a legal
+    instruction goes (``unit``). ``legal`` is an AND of the same registered
+    check bits, computed beside the cause, not from it.
+
+    One register: the program's ISA version, taken from its legal VERSION at
+    word 0 as that instruction leaves (the next word is decoded only after it
+    has).
+
+    Interface attributes
+    --------------------
+    i : ``In(stream.Signature(Checked(imem_words)))``
+    o : ``Out(stream.Signature(Decoded(imem_words)))``
+    """
+
+    def __init__(self, arch):
+        _check_arch(arch)
+        self._arch = arch
+        super().__init__({
+            "i": In(stream.Signature(Checked(arch.imem_words))),
+            "o": Out(stream.Signature(Decoded(arch.imem_words))),
+        })
+
+    def _chain(self, op, f, fails, first, version):
+        """``(condition, cause)`` of every check of ``op``, in order."""
+        chain = [(version < OP_SINCE[op], Cause.BAD_OPCODE)] if op in OP_SINCE else []
+        chain.append((fails[0], Cause.RESERVED_BITS))
+        early = iter(range(1, len(fails)))
+        for name, rule in FIELD_CHECKS.get(op, ()):
+            if rule == "version":
+                v = getattr(f, name)
+                ok = first & v.matches(*SUPPORTED_VERSIONS) | ~first & (v == version)
+                chain.append((~ok, Cause.VERSION_MISMATCH))
+            else:
+                chain.append((fails[next(early)], _RULE_CAUSE[rule]))
+        return chain
+
+    def elaborate(self, platform):
+        m = Module()
+        word, pc, cause, unit = self.i.p.word, self.i.p.pc, self.o.p.cause, self.o.p.unit
+        m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
+                     self.o.p.pc.eq(pc), self.o.p.word.eq(word)]
+        version = Signal(field_of(Op.VERSION, "version").width)
+        first, overflow = Signal(), Signal()
+        m.d.comb += [first.eq(pc == 0), overflow.eq(pc >= self._arch.imem_words)]
+        chains = {op: self._chain(op, getattr(word, op.name.lower()),
+                                  getattr(self.i.p.fails, op.name.lower()), first, version)
+                  for op in FORMATS}
+        with m.If(overflow):
+            m.d.comb += cause.eq(CauseCode.PC_OVERFLOW)
+        with m.Elif(first & (word.opcode != Op.VERSION)):
+            m.d.comb += cause.eq(CauseCode.VERSION_MISMATCH)
+        with m.Else():
+            with m.Switch(word.opcode):
+                for op, chain in chains.items():
+                    with m.Case(int(op)):
+                        for k, (cond, why) in enumerate(chain):
+                            with (m.If if k == 0 else m.Elif)(cond):
+                                m.d.comb += cause.eq(CauseCode[why.name])
+                with m.Default():
+                    m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
+        # legal: the opcode is known and none of its checks failed
+        ok = {op: (word.opcode == op) & ~Cat(*[c for c, _ in chain]).any()
+              for op, chain in chains.items()}
+        legal = Signal()
+        m.d.comb += legal.eq(~overflow & (~first | (word.opcode == Op.VERSION))
+                             & Cat(*ok.values()).any())
+        m.d.comb += unit.version.eq(legal & (word.opcode == Op.VERSION))
+        m.d.comb += [unit[name].eq(legal & word.opcode.matches(*ops))
+                     for name, ops in UNIT_OPS.items()]
+        with m.If(self.o.valid & self.o.ready & first & unit.version):
+            m.d.sync += version.eq(word.version.version)
+        return m
 
 
 class Decoder(wiring.Component):
-    """Finds why an instruction is illegal, exactly as ``model/golden.py`` does.
+    """Finds why an instruction is illegal, exactly as ``model/golden.py`` does,
+    and where a legal one goes: :class:`FieldChecks`, a
+    :class:`hw.lib.RegisterSlice`, :class:`CauseSelect` (so the wide checks
+    and the priority among them are in different cycles; one cycle of
+    latency, a word a cycle).
 
-    A combinational stage: ``o`` is ``i`` with the cause added, and where the
-    instruction goes if it is legal (``unit``, :class:`~.common.Dispatch`:
-    ``version`` or the unit of :data:`~.common.UNIT_OPS`). One register:
-    the program's ISA version, taken from its legal VERSION at word 0 as that
-    instruction leaves (the next word is decoded only after it has). The checks,
-    first failing one wins: ``PC_OVERFLOW`` (``pc`` past the instruction
-    memory); ``VERSION_MISMATCH`` at word 0 unless the opcode is VERSION;
-    ``BAD_OPCODE`` (also an opcode newer than the program's version,
-    :data:`hw.isa.OP_SINCE`); ``RESERVED_BITS`` (mask from :func:`hw.isa.reserved_mask`);
-    then :data:`FIELD_CHECKS` in table order. Field positions and widths come
-    from :data:`hw.isa.FORMATS` through the instruction layouts.
+    The checks, first failing one wins: ``PC_OVERFLOW`` (``pc`` past the
+    instruction memory); ``VERSION_MISMATCH`` at word 0 unless the opcode is
+    VERSION; ``BAD_OPCODE`` (also an opcode newer than the program's version,
+    :data:`hw.isa.OP_SINCE`); ``RESERVED_BITS`` (mask from
+    :func:`hw.isa.reserved_mask`); then :data:`FIELD_CHECKS` in table order.
+    Field positions and widths come from :data:`hw.isa.FORMATS` through the
+    instruction layouts.
 
     Parameters
     ----------
@@ -88,54 +211,30 @@ class Decoder(wiring.Component):
     --------------------
     i : ``In(stream.Signature(Fetched(imem_words)))``
     o : ``Out(stream.Signature(Decoded(imem_words)))``
-        ``cause`` is ``NONE`` for a legal instruction; ``unit`` is all zero
-        for an illegal one.
+        ``cause`` is ``NONE`` for a legal instruction; ``unit`` (where it goes,
+        :class:`~.common.Dispatch`) is all zero for an illegal one.
+    flush : ``In(1)``
+        Drop the word between the stages (a rewind).
     """
 
     def __init__(self, arch):
+        _check_arch(arch)
         self._arch = arch
         super().__init__({
             "i": In(stream.Signature(Fetched(arch.imem_words))),
             "o": Out(stream.Signature(Decoded(arch.imem_words))),
+            "flush": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         arch = self._arch
-        word, pc, cause = self.i.p.word, self.i.p.pc, self.o.p.cause
-        m.d.comb += [
-            self.o.valid.eq(self.i.valid),
-            self.i.ready.eq(self.o.ready),
-            self.o.p.pc.eq(pc),
-            self.o.p.word.eq(word),
-        ]
-        version = Signal(field_of(Op.VERSION, "version").width)
-        first = Signal()
-        m.d.comb += first.eq(pc == 0)
-        with m.If(self.o.valid & self.o.ready & first & (word.opcode == Op.VERSION)
-                  & (cause == CauseCode.NONE)):
-            m.d.sync += version.eq(word.version.version)
-        with m.If(pc >= arch.imem_words):
-            m.d.comb += cause.eq(CauseCode.PC_OVERFLOW)
-        with m.Elif((pc == 0) & (word.opcode != Op.VERSION)):
-            m.d.comb += cause.eq(CauseCode.VERSION_MISMATCH)
-        with m.Else():
-            with m.Switch(word.opcode):
-                for op in FORMATS:
-                    with m.Case(int(op)):
-                        rmask = Const(reserved_mask(op), WORD_BITS)
-                        checks = [(version < OP_SINCE[op], Cause.BAD_OPCODE)] \
-                            if op in OP_SINCE else []
-                        checks.append(((word.bits & rmask).any(), Cause.RESERVED_BITS))
-                        checks += _violations(arch, op, getattr(word, op.name.lower()),
-                                              first=first, version=version)
-                        for k, (cond, why) in enumerate(checks):
-                            with (m.If if k == 0 else m.Elif)(cond):
-                                m.d.comb += cause.eq(CauseCode[why.name])
-                with m.Default():
-                    m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
-        legal, unit = cause == CauseCode.NONE, self.o.p.unit
-        m.d.comb += unit.version.eq(legal & (word.opcode == Op.VERSION))
-        m.d.comb += [unit[name].eq(legal & word.opcode.matches(*ops))
-                     for name, ops in UNIT_OPS.items()]
+        m.submodules.checks = checks = FieldChecks(arch)
+        m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words))
+        m.submodules.select = select = CauseSelect(arch)
+        wiring.connect(m, wiring.flipped(self.i), checks.i)
+        wiring.connect(m, checks.o, checked.i)
+        wiring.connect(m, checked.o, select.i)
+        wiring.connect(m, select.o, wiring.flipped(self.o))
+        m.d.comb += checked.flush.eq(self.flush)
         return m

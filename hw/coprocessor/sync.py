@@ -87,8 +87,8 @@ class SyncUnit(wiring.Component):
 
         # semaphores: +1 per incoming signal, -count per satisfied WAIT
         sem_dec = Signal.like(w.wait.count)
-        sem_val = Signal(semaphore_shape())
-        top = (1 << len(sem_val)) - 1
+        reached = Signal()          # the WAIT's semaphore has reached its count
+        top = (1 << semaphore_shape().width) - 1
         m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
             inc = self.sig_in.valid & (self.sig_in.p == s)
@@ -97,13 +97,12 @@ class SyncUnit(wiring.Component):
                 m.d.sync += val.eq(0)
             with m.Else():
                 m.d.sync += val.eq(Mux(nxt > top, top, nxt))
-            with m.If(w.wait.sem == s):
-                m.d.comb += sem_val.eq(val)
+            with m.If(w.wait.sem == s):     # a comparator per semaphore, then the select
+                m.d.comb += reached.eq(val >= w.wait.count)
 
         # a WAIT's check is registered: reached in one cycle, the WAIT retires in
         # the next (until it does, its semaphore can only grow)
-        reached, satisfied = Signal(), Signal()
-        m.d.comb += reached.eq(sem_val >= w.wait.count)
+        satisfied = Signal()
         m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & (w.opcode == Op.WAIT)
                                  & reached & ~self.restart)
 

@@ -245,7 +245,8 @@ class Coprocessor(wiring.Component):
             self.status.eq(seq.status), self.cause.eq(seq.cause), self.pc.eq(seq.pc),
             seq.blocked.eq(sync.blocked), self.blocked.eq(sync.blocked),
             seq.drained.eq(feeder.drained & faults.empty),
-            fetch.rewind.eq(seq.restart), decoded.flush.eq(seq.restart),
+            fetch.rewind.eq(seq.restart), decode.flush.eq(seq.restart),
+            decoded.flush.eq(seq.restart),
             fetch.run.eq(seq.clearing | seq.run),
             issue.step.eq(seq.step), sync.step.eq(seq.step), mmu.step.eq(seq.step),
             # clearing a stopped program's leftovers
