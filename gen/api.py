@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gen.result import RunResult, compare_results, run_golden
+from gen.result import RunResult, compare_results, first_difference, run_golden
 from model.errors import InputError
 
 __all__ = [
@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
-ENGINES = ("golden", "amaranth", "verilator")
-RTL_ENGINES = ("amaranth", "verilator")
+ENGINES = ("golden", "amaranth", "verilator", "verilator-tb")
+RTL_ENGINES = ("amaranth", "verilator", "verilator-tb")
 BUS_BITS = (32, 64, 128, 256)
 
 
@@ -136,6 +136,11 @@ class CompileOptions:
     page_sizes: tuple[int, ...] | str | None = None
     mem_bytes: int | None = None
     images: bool = True
+    hex: bool = False        # also write $readmemh text images beside the binary ones
+    # where memory and instruction memory are the compiler's choice: memory rounded up to a
+    # power of two and at least SHARED_IMEM_WORDS of instructions, so that one simulator
+    # build serves every model that rounds to the same sizes (the FPGA top sizes them exactly)
+    shared_build: bool = True
 
     def __post_init__(self):
         if isinstance(self.page_sizes, str):
@@ -161,8 +166,12 @@ class CompiledReshard:
     source: dict                     # the manifest's "source": model, layouts, dtype, seed
     report: list[dict]               # per device: descriptors, bytes, ports, expected end state
     bus_bits: int
-    memories: list[bytes] | None = None
-    expected: list[bytes] | None = None
+    memories: list | None = None     # per device: uint8 array of mem_bytes
+    expected: list | None = None
+    golden: RunResult | None = None  # the golden model's run that gave ``expected``
+    reference_rollout: list[bytes] | None = None   # the independently sliced rollout shards
+    hex: bool = False
+    seconds: dict = field(default_factory=dict)    # wall time by phase
 
     @property
     def devices(self) -> list:
@@ -175,8 +184,15 @@ class CompiledReshard:
     def write(self, out) -> Path:
         """Write the compiled directory (``gen.artifacts``) atomically; its path."""
         from gen.artifacts import write_compiled
-        return write_compiled(Path(out), self.compiled, self.source, self.bus_bits, self.memories,
-                              self.expected, self.report)
+        from gen.resources import check_disk
+        if self.memories is not None:
+            n = len(self.memories) * self.arch.mem_bytes * (2 if self.expected is not None else 1)
+            check_disk(Path(out).parent, n * (4 if self.hex else 1), f"the memory images of {out}")
+        t0 = time.perf_counter()
+        path = write_compiled(Path(out), self.compiled, self.source, self.bus_bits, self.memories,
+                              self.expected, self.report, hex_images=self.hex)
+        self.seconds["write"] = round(time.perf_counter() - t0, 2)
+        return path
 
 
 def program_digest(words) -> str:
@@ -190,10 +206,10 @@ def compile_reshard(opts: CompileOptions = CompileOptions(), progress: Progress 
     With images, the golden model runs the programs once: its final memories,
     committed TLBs and statuses are the end state every executor must reach.
     """
-    from gen.compiler import compile_plan
     from model.models import load_model
     from model.plan import make_plan
     from model.specs import parse_dtype, parse_spec
+    t_plan = time.perf_counter()
     es = parse_dtype(opts.dtype)
     train = parse_spec(opts.train, "train")
     rollout = parse_spec(opts.rollout, "rollout")
@@ -210,40 +226,91 @@ def compile_reshard(opts: CompileOptions = CompileOptions(), progress: Progress 
     if only and any(d < 0 or d >= train.world for d in only):
         raise InputError(f"--device must be in 0..{train.world - 1}, not {only}")
     t0 = time.perf_counter()
-    comp = compile_plan(plan, only=only, imem_words=opts.imem_words or (1 << 30),
-                        tlb_entries=opts.tlb_entries, channels=opts.channels, page_sizes=opts.page_sizes,
-                        mem_bytes=opts.mem_bytes)
+    comp = _compile_fitting(plan, opts, only, progress)
     if opts.imem_words is None:
         # size instruction memory to the longest program, rounded to a power of two
         longest = max(len(d.words) for d in comp.devices)
-        comp.arch = type(comp.arch).from_json({**comp.arch.to_json(), "imem_words": 1 << (longest - 1).bit_length()})
+        words = 1 << (longest - 1).bit_length()
+        if opts.shared_build:
+            words = max(words, SHARED_IMEM_WORDS)
+        comp.arch = type(comp.arch).from_json({**comp.arch.to_json(), "imem_words": words})
     progress(f"compiled {len(comp.devices)} device program(s) in {time.perf_counter() - t0:.2f} s")
     source = {"model": model.name, "config": model.config, "train": str(train), "rollout": str(rollout),
               "dtype": opts.dtype, "elem_bytes": es, "seed": opts.seed}
     report = comp.report(opts.bus_bits // 8)
     for r, d in zip(report, comp.devices):
         r["program_sha256"] = program_digest(d.words)
-    out = CompiledReshard(comp, source, report, opts.bus_bits)
-    images = opts.images and only is None
-    if images and comp.arch.mem_bytes > (256 << 20):
-        progress(f"device memory {comp.arch.mem_bytes >> 20} MiB is too large for images; writing programs only")
-        images = False
-    if images:
+    out = CompiledReshard(comp, source, report, opts.bus_bits, hex=opts.hex)
+    out.seconds["plan_compile"] = round(time.perf_counter() - t_plan, 2)
+    if opts.images and only is None:
+        import numpy as np
+        from gen.resources import check_memory
         from model.verify import reference_buffers
-        tb, _ = reference_buffers({"source": source})
+        mem = comp.arch.mem_bytes
+        # images, the golden model's copy of them, and the reference shards
+        check_memory(3 * mem * comp.arch.devices + 4 * model.numel * 4,
+                     f"images of {comp.arch.devices} x {fmt_bytes(mem)}")
+        t0 = time.perf_counter()
+        progress(f"slicing the reference tensors of {model.name} ({model.numel:,} parameters, seed {opts.seed})")
+        tb, out.reference_rollout = reference_buffers({"source": source})
         memories = []
         for b in tb:
-            m = bytearray(comp.arch.mem_bytes)
-            m[:len(b)] = b
-            memories.append(bytes(m))
+            m = np.zeros(mem, np.uint8)
+            m[:len(b)] = np.frombuffer(b, np.uint8)
+            memories.append(m)
+        del tb
+        out.seconds["reference"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        progress(f"running the golden model on {comp.arch.devices} x {fmt_bytes(mem)} memories")
         res = run_golden(comp.arch, [d.words for d in comp.devices], memories)
+        out.seconds["golden"] = round(time.perf_counter() - t0, 2)
         out.memories = memories
-        out.expected = [m.tobytes() for m in res.memories]
+        out.expected = res.memories
+        out.golden = res
         # the end state every executor must reach: committed mappings and statuses too
         for r, tlb, st in zip(report, res.tlb, res.status):
             r["expected_tlb"] = tlb
             r["expected_status"] = st
     return out
+
+
+#: the smallest instruction memory of a shared simulator build (CompileOptions.shared_build)
+SHARED_IMEM_WORDS = 1024
+
+#: page sizes the compiler turns to when the default ones need more TLB
+#: entries than the default TLB has (models of hundreds of megabytes)
+LARGE_PAGES = (4096, 65536, 1 << 21, 1 << 25)
+
+
+def _compile_fitting(plan, opts: CompileOptions, only, progress: Progress):
+    """compile_plan with the options; where neither the TLB size nor the page
+    sizes were given and the defaults do not fit, the large page sizes and the
+    smallest power-of-two TLB that holds the mappings."""
+    from gen.compiler import compile_plan
+
+    def attempt(tlb, pages):
+        return compile_plan(plan, only=only, imem_words=opts.imem_words or (1 << 30), tlb_entries=tlb,
+                            channels=opts.channels, page_sizes=pages, mem_bytes=opts.mem_bytes,
+                            mem_pow2=opts.shared_build and opts.mem_bytes is None)
+    try:
+        return attempt(opts.tlb_entries, opts.page_sizes)
+    except InputError as e:
+        if opts.tlb_entries is not None or opts.page_sizes is not None or "TLB entries" not in str(e):
+            raise
+        first = e
+    tlb = 64
+    while tlb <= 4096:
+        try:
+            comp = attempt(tlb, LARGE_PAGES)
+        except InputError as e:
+            if "TLB entries" not in str(e):
+                raise
+            tlb *= 2
+            continue
+        progress(f"the default pages and TLB do not fit ({first}); compiled for pages "
+                 f"{','.join(map(str, LARGE_PAGES))} and {tlb} TLB entries")
+        return comp
+    raise first
 
 
 def compile_to(opts: CompileOptions, out, progress: Progress = _quiet):
@@ -254,8 +321,13 @@ def compile_to(opts: CompileOptions, out, progress: Progress = _quiet):
 
 # ---------------------------------------------------------------- run
 
-def execute(loaded, engine: str = "golden", *, vcd=None, progress: Progress | None = None) -> RunResult:
-    """Run a compiled directory (``gen.artifacts.Loaded``) on one engine."""
+def execute(loaded, engine: str = "golden", *, vcd=None, progress: Progress | None = None,
+            max_cycles: int | None = None) -> RunResult:
+    """Run a compiled directory (``gen.artifacts.Loaded``) on one engine.
+
+    ``verilator`` drives the emitted Verilog from the C++ harness,
+    ``verilator-tb`` from the plain Verilog testbench; ``max_cycles`` stops a
+    Verilator run that has not finished by then."""
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     if loaded.memories is None:
@@ -263,9 +335,10 @@ def execute(loaded, engine: str = "golden", *, vcd=None, progress: Progress | No
     if engine == "amaranth":
         from gen.sim_amaranth import run_amaranth
         return run_amaranth(loaded, vcd=vcd, progress=progress)
-    if engine == "verilator":
+    if engine in ("verilator", "verilator-tb"):
         from gen.sim_verilator import run_verilator
-        return run_verilator(loaded, progress=progress)
+        return run_verilator(loaded, progress=progress, max_cycles=max_cycles,
+                             harness="tb" if engine == "verilator-tb" else "cxx")
     return run_golden(loaded.arch, loaded.programs, loaded.memories)
 
 
@@ -274,7 +347,8 @@ def _norm_tlb(entries):
                   for e in entries)
 
 
-def summarize(loaded, res: RunResult, check_program_hash: bool = True) -> dict:
+def summarize(loaded, res: RunResult, check_program_hash: bool = True,
+              reference_rollout: list[bytes] | None = None) -> dict:
     """Verify a run of a compiled directory; the JSON-ready summary ``run`` prints.
 
     ``verified`` holds when every rollout tensor read through the committed
@@ -283,7 +357,7 @@ def summarize(loaded, res: RunResult, check_program_hash: bool = True) -> dict:
     compiled (``check_program_hash``), nothing faulted and every device halted.
     """
     from model.verify import verify
-    v = verify(loaded.manifest, res.memories, res.tlb)
+    v = verify(loaded.manifest, res.memories, res.tlb, reference_rollout)
     # zero-copy bytes: rollout pages the compiler pointed at training pages
     remapped = [d["report"]["bytes_remapped"] for d in loaded.manifest["devices"]]
     end_state = []
@@ -296,8 +370,11 @@ def summarize(loaded, res: RunResult, check_program_hash: bool = True) -> dict:
         if exp_tlb is not None and _norm_tlb(res.tlb[d]) != _norm_tlb(exp_tlb):
             end_state.append(f"device {d}: final TLB differs from the compiled end state")
         exp = loaded.expected[d] if loaded.expected else None
-        if exp is not None and bytes(res.memories[d]) != exp:
-            end_state.append(f"device {d}: final memory differs from mem_expected.hex")
+        if exp is not None:
+            first = first_difference(res.memories[d], exp)
+            if first is not None:
+                end_state.append(f"device {d}: final memory differs from mem_expected.bin "
+                                 f"(first at byte 0x{first:x})")
     ok = (v["verified"] and not end_state and not res.faults and all(s == "HALTED" for s in res.status))
     out = {"verified": ok, "engine": res.engine, "status": res.status, "cause": res.cause,
            "pc": res.pc, "faults": res.faults, "bytes_copied": sum(res.bytes_copied),
@@ -340,6 +417,7 @@ class SimOptions:
     engine: str = "amaranth"
     out: Path | str | None = None
     vcd: Path | str | None = None
+    max_cycles: int | None = None      # Verilator engines: stop a run that has not finished by then
 
 
 def default_sim_dir(opts: CompileOptions) -> Path:
@@ -353,22 +431,34 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
     2. The RTL's whole end state against the golden model's run of the same
        programs (:func:`gen.result.compare_results`): ``golden_agrees``.
     3. Cycles against the lower bound: ``cycles_over_lower_bound``.
+
+    ``wall_s`` is the wall time by phase, ``peak_rss_bytes`` the peak memory
+    of this process plus its largest child (the simulator or its compiler).
     """
+    from gen.resources import peak_rss_bytes
     if opts.engine not in RTL_ENGINES:
         raise InputError(f"unknown engine {opts.engine!r}: use one of {', '.join(RTL_ENGINES)}")
     c = opts.compile
     if c.only or not c.images:
         raise InputError("sim runs whole systems: drop --device / --no-images")
+    t_start = time.perf_counter()
     built = compile_reshard(c, progress)
-    if built.memories is None:
-        raise InputError("no memory images were built (device memory too large for simulation)")
     from gen.artifacts import load_compiled
     out = Path(opts.out) if opts.out else default_sim_dir(c)
     loaded = load_compiled(built.write(out))
+    wall = dict(built.seconds)
     progress(f"simulating {len(loaded.programs)} device(s) on the RTL ({opts.engine}) ...")
-    res = execute(loaded, opts.engine, vcd=opts.vcd, progress=progress)
-    summary = summarize(loaded, res)
-    mismatches = compare_results(res, execute(loaded, "golden"))
+    res = execute(loaded, opts.engine, vcd=opts.vcd, progress=progress, max_cycles=opts.max_cycles)
+    if res.build_seconds is not None:
+        wall["simulator_build"] = round(res.build_seconds, 2)
+        wall["simulation"] = round(res.seconds - res.build_seconds, 2)
+    else:
+        wall["simulation"] = round(res.seconds, 2)
+    t0 = time.perf_counter()
+    progress("checking the rollout tensors and the golden model's end state")
+    summary = summarize(loaded, res, reference_rollout=built.reference_rollout)
+    mismatches = compare_results(res, built.golden)
+    wall["checks"] = round(time.perf_counter() - t0, 2)
     summary["golden_agrees"] = not mismatches
     summary["golden_mismatches"] = mismatches
     summary["verified"] = bool(summary["verified"] and not mismatches)
@@ -376,5 +466,7 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
     if res.cycles is not None and res.lower_bound_cycles:
         summary["cycles_over_lower_bound"] = round(res.cycles / res.lower_bound_cycles, 4)
     summary["seconds"] = round(res.seconds, 2)
+    wall["total"] = round(time.perf_counter() - t_start, 2)
+    summary["wall_s"] = wall
+    summary["peak_rss_bytes"] = peak_rss_bytes()
     return summary
-

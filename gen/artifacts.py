@@ -6,8 +6,14 @@ Layout of ``build/prog/NAME``::
                              arch, regions, devices, tensors, source plan
     dev<N>/program.hex       $readmemh, 256-bit words
     dev<N>/program.s         the same program as canonical assembly
-    dev<N>/mem_init.hex      $readmemh, bus-width words: the training shard at 0
-    dev<N>/mem_expected.hex  the golden model's final physical memory
+    dev<N>/mem_init.bin      raw little-endian image of the device memory: the training shard at 0
+    dev<N>/mem_expected.bin  the golden model's final physical memory, raw
+    dev<N>/mem_init.hex      the same images as $readmemh text, bus-width words,
+    dev<N>/mem_expected.hex  only when asked for (``--hex``)
+
+Binary images are memory-mapped on loading (read-only numpy arrays), so a
+gigabyte image costs no parsing and no copy until it is read. An image whose
+size is not ``mem_bytes`` is refused on loading, naming the file and both sizes.
 
 The directory is built next to its destination and renamed into place, so a
 failed compile leaves nothing half-written.
@@ -50,8 +56,8 @@ class Loaded:
     manifest: dict
     arch: ArchParams
     programs: list[list[int]]
-    memories: list[bytes] | None
-    expected: list[bytes] | None = None
+    memories: list | None            # per device: a read-only uint8 array (memory-mapped binary)
+    expected: list | None = None
 
 
 def program_isa_version(programs) -> int:
@@ -108,12 +114,22 @@ def compatibility_error(manifest: dict) -> str | None:
     return None
 
 
-def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[bytes] | None,
-                   expected: list[bytes] | None, report: list[dict], *,
-                   trace_header: dict | None = None) -> Path:
+def _write_image(path: Path, image, size: int):
+    """Write a raw memory image of exactly ``size`` bytes (zero-padded)."""
+    data = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image.reshape(-1)
+    with open(path, "wb") as f:
+        f.write(memoryview(np.ascontiguousarray(data, np.uint8)))
+        if data.size < size:
+            f.truncate(size)
+
+
+def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list | None,
+                   expected: list | None, report: list[dict], *,
+                   trace_header: dict | None = None, hex_images: bool = False) -> Path:
     """Write a compiled program directory ``out`` (atomically). ``trace_header``:
     the header of the trace the programs came from, whose verl / torch
-    versions the manifest records (default: the installed ones)."""
+    versions the manifest records (default: the installed ones). Memory
+    images are raw binary; ``hex_images`` adds ``$readmemh`` copies."""
     out = Path(out)
     isa_version = program_isa_version([dp.words for dp in comp.devices])
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,12 +143,17 @@ def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[
             write_hex(d / "program.hex", dp.words, WORD_BITS, 0, comment)
             (d / "program.s").write_text(f"; device {dp.device}: {source['model']} {source['train']} -> "
                                          f"{source['rollout']} ({source['dtype']})\n" + disassemble(dp.words))
+            size = comp.arch.mem_bytes
             if memories is not None:
-                write_hex(d / "mem_init.hex", memories[dp.device], bus_bits, 0,
-                          f"initial memory of device {dp.device}: training shard at 0x0")
+                _write_image(d / "mem_init.bin", memories[dp.device], size)
+                if hex_images:
+                    write_hex(d / "mem_init.hex", image_bytes(memories[dp.device], size), bus_bits, 0,
+                              f"initial memory of device {dp.device}: training shard at 0x0")
             if expected is not None:
-                write_hex(d / "mem_expected.hex", expected[dp.device], bus_bits, 0,
-                          f"expected final memory of device {dp.device} (golden model)")
+                _write_image(d / "mem_expected.bin", expected[dp.device], size)
+                if hex_images:
+                    write_hex(d / "mem_expected.hex", image_bytes(expected[dp.device], size), bus_bits, 0,
+                              f"expected final memory of device {dp.device} (golden model)")
             devices.append({"device": dp.device, "program": f"dev{dp.device}/program.hex",
                             "instructions": len(dp.words),
                             "tensors": [{k: t[k] for k in ("name", "shape", "va", "bytes", "off")}
@@ -147,6 +168,7 @@ def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list[
                         "rollout_span": comp.rollout_span,
                         "stage_windows": [comp.stage_window(d) for d in range(comp.arch.devices)]},
             "images": memories is not None,
+            "image_formats": (["bin", "hex"] if hex_images else ["bin"]) if memories is not None else [],
             "devices": devices, "source": source,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -187,14 +209,29 @@ def load_compiled(path) -> Loaded:
             raise InputError(f"{path / dev['program']}: {len(words)} words do not fit the "
                              f"{arch.imem_words}-word instruction memory")
         programs.append(words)
-        img = path / f"dev{dev['device']}" / "mem_init.hex"
         if manifest.get("images"):
-            memories.append(read_hex_bytes(img, manifest["bus_bits"], arch.mem_bytes))
-            exp = path / f"dev{dev['device']}" / "mem_expected.hex"
-            expected.append(read_hex_bytes(exp, manifest["bus_bits"], arch.mem_bytes))
+            ddir = path / f"dev{dev['device']}"
+            memories.append(load_image(ddir, "mem_init", manifest["bus_bits"], arch.mem_bytes))
+            expected.append(load_image(ddir, "mem_expected", manifest["bus_bits"], arch.mem_bytes))
     images = bool(manifest.get("images"))
     return Loaded(path, manifest, arch, programs, memories if images else None, expected if images else None)
 
 
-def as_arrays(memories: list[bytes], size: int) -> list[np.ndarray]:
-    return [np.frombuffer(m, np.uint8).copy() for m in memories]
+def image_bytes(image, size: int) -> bytes:
+    """``image`` (bytes or array) as ``size`` bytes, zero-padded."""
+    return bytes(image).ljust(size, b"\0")
+
+
+def load_image(ddir: Path, stem: str, bus_bits: int, size: int) -> np.ndarray:
+    """``<stem>.bin`` memory-mapped (read-only), or ``<stem>.hex`` parsed where
+    only the text image exists; either must hold exactly ``size`` bytes."""
+    binary = ddir / f"{stem}.bin"
+    if binary.is_file():
+        found = binary.stat().st_size
+        if found != size:
+            raise InputError(f"{binary}: {found:,} bytes, the device memory is {size:,} bytes")
+        return np.memmap(binary, np.uint8, mode="r", shape=(size,))
+    text = ddir / f"{stem}.hex"
+    if not text.is_file():
+        raise InputError(f"{binary}: no such file (nor {text.name})")
+    return np.frombuffer(read_hex_bytes(text, bus_bits, size, exact=True), np.uint8)

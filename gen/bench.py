@@ -8,7 +8,8 @@ and MMU in simulation and, with the YoWASP tools, on an ECP5; ``system``
 (:mod:`gen.bench_fpga`) runs the full board builds and the out-of-context
 blocks, each under a time limit; ``loop`` (:mod:`gen.bench_loop`) times two
 iterations of the closed loop against its budget; ``collectives``
-(:mod:`gen.bench_collectives`) runs training collectives on the Verilog. Figures are measured on
+(:mod:`gen.bench_collectives`) runs training collectives on the Verilog; ``scale``
+(:mod:`gen.bench_scale`) runs Qwen2.5-0.5B's weight sync on the Verilog. Figures are measured on
 every run, never stored.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from model.errors import InputError
 # benchmarks drive the blocks with the shared simulation kit, gen/simkit.py, as the tests do).
 _OPTIONAL = {"blocks": "gen.bench_blocks", "system": "gen.bench_system",
              "verilator": "gen.bench_verilator", "fpga": "gen.bench_fpga", "loop": "gen.bench_loop",
-             "collectives": "gen.bench_collectives"}
+             "collectives": "gen.bench_collectives", "scale": "gen.bench_scale"}
 
 
 def _sections() -> tuple[str, ...]:

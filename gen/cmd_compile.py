@@ -39,8 +39,11 @@ def add_source_arguments(p):
     p.add_argument("--page-sizes", default=None,
                    help="four ascending page sizes in bytes, comma separated (default 4096,65536,1M,2M)")
     p.add_argument("--mem-bytes", type=int, default=None,
-                   help="device memory size in bytes (default: just enough for the layouts)")
+                   help="device memory size in bytes (default: enough for the layouts, rounded up to a "
+                        "power of two so one simulator build serves many models)")
     p.add_argument("--no-images", action="store_true", help="write programs and manifest only")
+    p.add_argument("--hex", action="store_true",
+                   help="also write the memory images as $readmemh text (mem_init.hex, mem_expected.hex)")
 
 
 def options(args):
@@ -51,7 +54,7 @@ def options(args):
                           seed=args.seed, bus_bits=args.bus_bits, tlb_entries=args.tlb_entries,
                           channels=args.channels, imem_words=args.imem_words,
                           page_sizes=parse_page_sizes(args.page_sizes), mem_bytes=args.mem_bytes,
-                          images=not args.no_images)
+                          images=not args.no_images, hex=args.hex)
 
 
 def run(args) -> int:

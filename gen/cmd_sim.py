@@ -22,13 +22,19 @@ def add_arguments(p):
     add_source_arguments(p)
     p.add_argument("--out", default=None, help="compiled program directory (default build/sim/<name>)")
     p.add_argument("--vcd", default=None, help="write a VCD waveform of the whole run here")
+    p.add_argument("--max-cycles", type=int, default=None,
+                   help="Verilator engines: stop a run still going after this many cycles "
+                        "(its final state is read back and dumped)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args) -> int:
     from gen.api import SimOptions, simulate
     from gen.cmd_compile import options
-    summary = simulate(SimOptions(options(args), args.engine, args.out, args.vcd),
+    if args.max_cycles is not None and args.max_cycles < 1:
+        from model.errors import InputError
+        raise InputError(f"--max-cycles must be positive, not {args.max_cycles}")
+    summary = simulate(SimOptions(options(args), args.engine, args.out, args.vcd, args.max_cycles),
                        progress=lambda s: print(s, file=sys.stderr, flush=True))
     if args.json:
         json.dump(summary, sys.stdout)
@@ -43,6 +49,8 @@ def run(args) -> int:
     print(f"  bytes copied {summary['bytes_copied']:,}, remapped (zero-copy) "
           f"{summary['bytes_remapped']:,}, descriptors {summary['descriptors']}")
     print(f"  simulator {summary['sim_cycles_per_s']:,.0f} cycles/s, {summary['seconds']} s")
+    print("  wall " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["wall_s"].items())
+          + f"; peak memory {summary['peak_rss_bytes'] / (1 << 30):.2f} GiB")
     for m in summary["end_state_mismatches"] + summary["golden_mismatches"]:
         print(f"  mismatch: {m}")
     return 0 if summary["verified"] else 1

@@ -146,6 +146,11 @@ def choose_arch(plan: Plan, base: ArchParams | None = None, **overrides) -> tupl
     params = base.to_json()
     params.update(devices=plan.world, mem_bytes=mem, addr_bits=addr_bits)
     want_mem = overrides.pop("mem_bytes", None)
+    if want_mem is None and overrides.pop("mem_pow2", False):
+        # a power of two: one simulator build serves every model that rounds to it
+        mem = 1 << (mem - 1).bit_length()
+        params.update(mem_bytes=mem, addr_bits=max(addr_bits, mem.bit_length() - 1))
+    overrides.pop("mem_pow2", None)
     if want_mem is not None:
         if want_mem < mem:
             raise InputError(f"the layouts need {mem:,} bytes of device memory (training {train_span:,} + "

@@ -432,7 +432,8 @@ def board_reshard(opts: BoardOptions, progress=lambda m: None):
     return compile_reshard(CompileOptions(model=opts.model, train=opts.train, rollout=opts.rollout,
                                           dtype=opts.dtype, bus_bits=opts.bus_bits,
                                           channels=opts.channels, tlb_entries=opts.tlb_entries,
-                                          mem_bytes=opts.mem_bytes, page_sizes=opts.page_sizes),
+                                          mem_bytes=opts.mem_bytes, page_sizes=opts.page_sizes,
+                                          shared_build=False),
                            progress)
 
 

@@ -121,14 +121,19 @@ def read_hex(path, word_bits: int) -> tuple[int, list[int]]:
     return base, [int.from_bytes(raw[i:i + wb], "little") for i in range(0, len(raw), wb)]
 
 
-def read_hex_bytes(path, word_bits: int, size: int) -> bytes:
+def read_hex_bytes(path, word_bits: int, size: int, exact: bool = False) -> bytes:
     """Read a ``$readmemh`` image as ``size`` bytes of memory starting at word
-    address 0 (unset bytes are 0). Data beyond ``size`` is an InputError."""
+    address 0 (unset bytes are 0). Data beyond ``size`` is an InputError; with
+    ``exact``, so is an image that ends short of ``size`` (the writer always
+    writes the last word, so a whole image ends exactly at ``size``)."""
     _check_word_bits(word_bits)
     base, arr = _read(path, word_bits)
     wb = word_bits // 8
     start = base * wb
     flat = arr.reshape(-1)
+    if exact and start + flat.size < size:
+        raise InputError(f"{path}: image holds {start + flat.size:,} bytes, the memory is {size:,} bytes "
+                         f"(a truncated image?)")
     if start + flat.size > size and flat[max(0, size - start):].any():
         raise InputError(f"{path}: image extends to byte 0x{start + flat.size:x}, beyond "
                          f"the {size} bytes expected")
@@ -193,6 +198,10 @@ def _read(path, word_bits: int) -> tuple[int, np.ndarray]:
         return 0, np.zeros((0, wb), dtype=np.uint8)
     end = max([a + len(c) for a, c in chunks] + [base])
     if hdr_words is not None and hdr_base == base:
+        if end < base + hdr_words:
+            # the writer always writes the last word: less data than declared is a cut file
+            raise InputError(f"{path}: the header declares {hdr_words:,} words, the data ends at word "
+                             f"{end - base:,} (a truncated image of {(end - base) * wb:,} bytes?)")
         end = max(end, base + hdr_words)
     out = np.zeros((end - base, wb), dtype=np.uint8)
     for a, c in chunks:

@@ -117,12 +117,28 @@ def run_golden(arch, programs, memories) -> RunResult:
     return golden_result(res, time.perf_counter() - t0)
 
 
+def first_difference(a, b, chunk: int = 1 << 24) -> int | None:
+    """The first byte offset where two equally long images differ (None: equal),
+    compared a chunk at a time so gigabyte images need no gigabyte temporaries."""
+    a = np.frombuffer(a, np.uint8) if not isinstance(a, np.ndarray) else a.reshape(-1)
+    b = np.frombuffer(b, np.uint8) if not isinstance(b, np.ndarray) else b.reshape(-1)
+    if a.size != b.size:
+        return min(a.size, b.size)
+    for lo in range(0, a.size, chunk):
+        x, y = a[lo:lo + chunk], b[lo:lo + chunk]
+        if not np.array_equal(x, y):
+            return lo + int(np.flatnonzero(x != y)[0])
+    return None
+
+
 def _memory_diff(d: int, a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> str | None:
     if len(a) != len(b):
         return f"device {d}: memory sizes differ ({len(a)} != {len(b)})"
-    if np.array_equal(a, b):
+    first = first_difference(a, b)
+    if first is None:
         return None
-    bad = [int(i) for i in np.flatnonzero(a != b)[:8]]
+    hi = min(len(a), first + (1 << 20))
+    bad = [first + int(i) for i in np.flatnonzero(a[first:hi] != b[first:hi])[:8]]
     return (f"device {d}: final memory differs at {bad} ({names[0]} {[int(a[i]) for i in bad]}, "
             f"{names[1]} {[int(b[i]) for i in bad]})")
 

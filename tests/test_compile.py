@@ -131,13 +131,14 @@ def test_compile_cli_reports_and_files(tmp_path):
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert len(rep["devices"]) == 2
+    man = json.loads((out / "manifest.json").read_text())
     for d in rep["devices"]:
         assert d["descriptors"] > 0 and d["lower_bound_beats"] > 0
-        for f in ("program.hex", "program.s", "mem_init.hex", "mem_expected.hex"):
+        for f in ("program.hex", "program.s", "mem_init.bin", "mem_expected.bin"):
             assert (out / f"dev{d['device']}" / f).is_file()
-    head = (out / "dev0" / "mem_init.hex").read_text().splitlines()[0]
-    assert head.startswith("// word_bits=64 base=0x0")
-    man = json.loads((out / "manifest.json").read_text())
+        for f in ("mem_init.bin", "mem_expected.bin"):       # raw images of the whole memory
+            assert (out / f"dev{d['device']}" / f).stat().st_size == man["arch"]["mem_bytes"]
+        assert not (out / f"dev{d['device']}" / "mem_init.hex").exists()   # text only on request
     # the version the programs declare (the compiler writes the newest)
     assert man["isa_version"] == ISA_VERSION and man["word_bits"] == {"program": 256, "memory": 64}
     assert man["hw_generation"] == HW_GENERATION and man["versions"]["from"] == "installed"
@@ -146,11 +147,19 @@ def test_compile_cli_reports_and_files(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["verified"] is True
     # mem_expected is the golden final state; a rerun reproduces it
-    from gen.hexfile import read_hex_bytes
     loaded = load_compiled(out)
     res = execute(loaded, "golden")
-    want = read_hex_bytes(out / "dev1" / "mem_expected.hex", 64, loaded.arch.mem_bytes)
-    assert res.memories[1].tobytes() == want
+    want = (out / "dev1" / "mem_expected.bin").read_bytes()
+    assert res.memories[1].tobytes() == want and any(want)
+    # --hex adds the same images as $readmemh text
+    hx = tmp_path / "h"
+    assert _cli("compile", "--out", str(hx), "--hex").returncode == 0
+    from gen.hexfile import read_hex_bytes
+    head = (hx / "dev0" / "mem_init.hex").read_text().splitlines()[0]
+    assert head.startswith("// word_bits=64 base=0x0")
+    for name in ("mem_init", "mem_expected"):
+        assert read_hex_bytes(hx / "dev1" / f"{name}.hex", 64, loaded.arch.mem_bytes) == \
+            (out / "dev1" / f"{name}.bin").read_bytes()
 
 
 def _cli(*args):
@@ -180,9 +189,26 @@ def test_run_bad_hex_names_file_and_line(tmp_path):
     assert r.returncode == 2 and "program.hex:5" in r.stderr, r.stderr
 
 
-def test_run_image_larger_than_memory(tmp_path):
+def test_run_image_of_the_wrong_size(tmp_path):
     out = tmp_path / "p"
-    assert _cli("compile", "--out", str(out)).returncode == 0
+    assert _cli("compile", "--out", str(out), "--hex").returncode == 0
+    size = json.loads((out / "manifest.json").read_text())["arch"]["mem_bytes"]
+    # a truncated binary image: refused before any run, naming the file and both sizes
+    img = out / "dev1" / "mem_init.bin"
+    img.write_bytes(img.read_bytes()[:size - 64])
+    r = _cli("run", "--engine", "verilator", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"{img}: {size - 64:,} bytes, the device memory is {size:,} bytes" in r.stderr
+    # only text images: a truncated one is refused the same way
+    for f in out.glob("dev*/mem_*.bin"):
+        f.unlink()
+    text = out / "dev0" / "mem_init.hex"
+    whole = text.read_text()
+    text.write_text("\n".join(whole.splitlines()[:-1]) + "\n")
+    r = _cli("run", str(out))
+    assert r.returncode == 2 and str(text) in r.stderr and "truncated" in r.stderr, r.stderr
+    text.write_text(whole)
+    # an image larger than the memory
     man = json.loads((out / "manifest.json").read_text())
     man["arch"]["mem_bytes"] = 4096 * 4
     (out / "manifest.json").write_text(json.dumps(man))

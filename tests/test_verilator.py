@@ -1,8 +1,9 @@
 """The emitted Verilog under Verilator agrees with the Amaranth simulation, cycle for cycle.
 
 Each test builds (or reuses, from build/verilator/) a compiled simulator of the
-system top and its generated $readmemh testbench; nothing but the binary runs
-the simulation.
+system top with its C++ harness (engine ``verilator``) or its generated
+$readmemh testbench (engine ``verilator-tb``); nothing but the binary runs the
+simulation.
 """
 import subprocess
 import sys
@@ -32,19 +33,30 @@ def tiny_prog(tmp_path_factory):
 
 def test_tiny_reshard_verilog_equals_amaranth(tiny_prog):
     vl = execute(tiny_prog, "verilator")
+    tb = execute(tiny_prog, "verilator-tb")
     am = execute(tiny_prog, "amaranth")
     _agree(vl, am)
-    assert vl.cycles == am.cycles > 0
-    s = summarize(tiny_prog, vl)
-    assert s["verified"] and s["mismatches"] == [] and s["end_state_mismatches"] == []
-    # the testbench's own start-to-done count brackets the devices' counters
-    assert vl.tb_cycles >= vl.cycles
+    _agree(tb, am)
+    assert vl.cycles == tb.cycles == am.cycles > 0
+    for res in (vl, tb):
+        s = summarize(tiny_prog, res)
+        assert s["verified"] and s["mismatches"] == [] and s["end_state_mismatches"] == []
+    # the drivers count start to done the same way, bracketing the devices' counters
+    assert vl.tb_cycles == tb.tb_cycles >= vl.cycles
 
 
 def test_second_build_is_cached(tiny_prog):
     from gen.sim_verilator import build_simulator
-    _, cached = build_simulator(tiny_prog.arch, 64)
-    assert cached
+    for harness in ("cxx", "tb"):
+        _, cached = build_simulator(tiny_prog.arch, 64, harness=harness)
+        assert cached
+
+
+def test_max_cycles_stops_and_dumps(tiny_prog, tmp_path):
+    from gen.sim_verilator import SimulationTimeout, run_verilator
+    with pytest.raises(SimulationTimeout, match=r"--max-cycles 200: DEV 0 status=1 .*; final state dumped in"):
+        run_verilator(tiny_prog, max_cycles=200, keep=tmp_path / "dump")
+    assert (tmp_path / "dump" / "dev1.mem.bin").stat().st_size == tiny_prog.arch.mem_bytes
 
 
 FIXED = ArchParams(devices=2, mem_bytes=2048, page_sizes=(128, 256, 512, 1024), tlb_entries=8,
@@ -78,3 +90,5 @@ def test_sim_cli_verilator_json(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert d["verified"] and d["golden_agrees"] and d["cycles"] >= d["lower_bound_cycles"] > 0
+    assert {"plan_compile", "reference", "golden", "write", "simulator_build", "simulation", "checks",
+            "total"} <= set(d["wall_s"]) and d["peak_rss_bytes"] > 1 << 20
