@@ -446,6 +446,10 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
     from gen.artifacts import load_compiled
     out = Path(opts.out) if opts.out else default_sim_dir(c)
     loaded = load_compiled(built.write(out))
+    # from here on the images are the written ones, memory-mapped: the in-memory
+    # copies go (gigabytes at model scale); the golden end state is mem_expected.bin
+    built.memories = built.expected = None
+    built.golden.memories = list(loaded.expected)
     wall = dict(built.seconds)
     progress(f"simulating {len(loaded.programs)} device(s) on the RTL ({opts.engine}) ...")
     res = execute(loaded, opts.engine, vcd=opts.vcd, progress=progress, max_cycles=opts.max_cycles)

@@ -32,9 +32,17 @@ def reference_buffers(manifest: dict) -> tuple[list[bytes], list[bytes]]:
     sd = random_state_dict(model, seed=src["seed"])
     train = parse_spec(src["train"], "train")
     rollout = parse_spec(src["rollout"], "rollout")
-    tb = [to_bytes(b, src["dtype"]) for b in train_buffers(sd, model, train)]
-    rb = [to_bytes(b, src["dtype"]) for b in rollout_buffers(sd, model, rollout, train.world)]
-    return tb, rb
+    return (_converted(train_buffers(sd, model, train), src["dtype"]),
+            _converted(rollout_buffers(sd, model, rollout, train.world), src["dtype"]))
+
+
+def _converted(buffers: list, dtype: str) -> list[bytes]:
+    """The buffers in ``dtype``, each fp32 buffer dropped once converted (a
+    0.5B model's fp32 shards are gigabytes)."""
+    out = []
+    while buffers:
+        out.append(to_bytes(buffers.pop(0), dtype))
+    return out
 
 
 def read_through(memories, tlb: list[dict], arch: ArchParams, ctx: int, va: int, n: int) -> bytes | None:

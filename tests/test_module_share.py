@@ -1,0 +1,73 @@
+"""gen.module_share: identical modules (up to Yosys's global numbering) become one.
+
+The end-to-end proof is tests/test_verilator.py (the shared system under
+Verilator equals the Amaranth simulation cycle for cycle); here the rewriting
+itself, on Verilog written the way Amaranth's back end writes it.
+"""
+import re
+import subprocess
+
+from gen.module_share import share_identical_modules
+
+
+def _leaf(name: str, n: int, const: int = 1) -> str:
+    # the same logic under different global numbers: a numbered port and a numbered wire
+    return (f"module {name} (clk, a, \\q${n} );\n" +
+            f"  input clk;\n  input [3:0] a;\n  output [3:0] \\q${n} ;\n  reg [3:0] \\q${n} ;\n"
+            f"  wire [3:0] \\$t{n + 7} ;\n  assign \\$t{n + 7}  = a + 4'd{const};\n"
+            f"  always @(posedge clk)\n    \\q${n}  <= \\$t{n + 7} ;\nendmodule\n")
+
+
+def _top(children: list[tuple[str, int]]) -> str:
+    lines = ["module top(clk, a, " + ", ".join(f"y{i}" for i in range(len(children))) + ");",
+             "  input clk;", "  input [3:0] a;"]
+    lines += [f"  output [3:0] y{i};" for i in range(len(children))]
+    for i, (child, n) in enumerate(children):
+        lines += [f"  {child}  u{i} (", "    .clk(clk),", "    .a(a),", f"    .\\q${n} (y{i})", "  );"]
+    return "\n".join(lines) + "\nendmodule\n"
+
+
+def _modules(text: str) -> list[str]:
+    return re.findall(r"(?m)^module (\\\S+|\w+)", text)
+
+
+def test_identical_modules_become_one_and_instances_follow():
+    text = ("/* header */\n" + _top([("\\top.a", 11), ("\\top.b", 42), ("\\top.c", 5)])
+            + _leaf("\\top.a", 11) + _leaf("\\top.b", 42) + _leaf("\\top.c", 5, const=2))
+    shared, dropped = share_identical_modules(text, "top")
+    assert dropped == 1 and shared.startswith("/* header */\n")
+    assert _modules(shared) == ["top", "\\top.a", "\\top.c"]       # c adds another constant: kept
+    top = shared[:shared.index("endmodule")]
+    assert top.count("\\top.a  u") == 2 and "\\top.b" not in shared
+    # every connection names the port as the shared module now spells it
+    ports = re.findall(r"\.(\\\S+) \(y\d\)", top)
+    assert len(ports) == 3 and len(set(ports)) == 1 and ports[0] in shared.split("module \\top.a", 1)[1]
+    # the result is Verilog Verilator accepts
+    from gen.verilog import find_verilator, verilator_flags
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "t.v"
+        f.write_text(shared)
+        r = subprocess.run([find_verilator(), "--lint-only", *verilator_flags(), "--top-module", "top", str(f)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_parents_merge_once_their_children_have():
+    inner = _leaf("\\top.p.k", 3) + _leaf("\\top.q.k", 9)
+
+    def parent(name, child, n):
+        return (f"module {name} (clk, a, \\o${n} );\n  input clk;\n  input [3:0] a;\n"
+                f"  output [3:0] \\o${n} ;\n  {child}  k (\n    .clk(clk),\n    .a(a),\n"
+                f"    .\\q${3 if name.endswith('p') else 9} (\\o${n} )\n  );\nendmodule\n")
+    text = (_top([("\\top.p", 20), ("\\top.q", 30)]).replace("\\q$20", "\\o$20").replace("\\q$30", "\\o$30")
+            + parent("\\top.p", "\\top.p.k", 20) + parent("\\top.q", "\\top.q.k", 30) + inner)
+    shared, dropped = share_identical_modules(text, "top")
+    assert dropped == 2 and _modules(shared) == ["top", "\\top.p", "\\top.p.k"]
+
+
+def test_the_top_keeps_its_ports():
+    text = _top([("\\top.a", 1)]) + _leaf("\\top.a", 1)
+    shared, dropped = share_identical_modules(text, "top")
+    assert dropped == 0 and shared.splitlines()[0] == "module top(clk, a, y0);"
