@@ -91,3 +91,38 @@ def share_identical_modules(text: str, top: str) -> tuple[str, int]:
     kept = [bodies[n].replace("\\@SELF@", n) for n in order if n not in same]
     start = _MODULE.search(text).start()
     return text[:start] + "".join(kept), len(same)
+
+
+def compile_shared_modules_once(text: str, keep_inlined: str = "reshard_sram",
+                                min_bytes: int = 4096) -> tuple[str, int]:
+    """Ask Verilator not to inline modules instanced more than once (and at least
+    ``min_bytes`` long), so each is one C++ class the compiler sees once.
+
+    Verilator otherwise inlines every module into the top, undoing the
+    sharing in the C++ it writes. Modules that contain ``keep_inlined`` (the
+    SRAM model, whose array the C++ harness reaches by its flat name) stay
+    inlined. Returns the text and how many modules were marked.
+    """
+    blocks = {m.group(1): m for m in _MODULE.finditer(text)}
+    children = {n: re.findall(r"(?ms)^  (\\\S+|\w+) +(?:#\(.*?\) )?\S+ +\(\n", m.group(0))
+                for n, m in blocks.items()}
+    uses: dict[str, int] = {}
+    for kids in children.values():
+        for k in kids:
+            uses[k] = uses.get(k, 0) + 1
+    holds: dict[str, bool] = {}
+
+    def contains(n: str) -> bool:
+        if n not in holds:
+            holds[n] = n == keep_inlined or any(contains(k) for k in children.get(n, ()))
+        return holds[n]
+    marked = {n for n, m in blocks.items()
+              if uses.get(n, 0) > 1 and len(m.group(0)) >= min_bytes and not contains(n)}
+
+    def mark(m):
+        if m.group(1) not in marked:
+            return m.group(0)
+        body = m.group(0)
+        cut = body.index(");\n") + 3
+        return body[:cut] + "  /*verilator no_inline_module*/\n" + body[cut:]
+    return _MODULE.sub(mark, text), len(marked)

@@ -74,10 +74,12 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
         tmp = cached.with_suffix(".tmp")
         tmp.write_text(design)
         tmp.replace(cached)
-    from gen.module_share import share_identical_modules
+    from gen.module_share import compile_shared_modules_once, share_identical_modules
     from hw.memory import SRAM_VERILOG
-    # Verilator compiles each module name on its own: one module per set of identical copies
+    # Verilator compiles each module name on its own: one module per set of identical
+    # copies, each compiled once (not inlined into every instance)
     design, _ = share_identical_modules(design, top.module)
+    design, _ = compile_shared_modules_once(design)
     base = [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG)]
     if harness == "cxx":
         from gen import harness as cxx

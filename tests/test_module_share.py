@@ -71,3 +71,18 @@ def test_the_top_keeps_its_ports():
     text = _top([("\\top.a", 1)]) + _leaf("\\top.a", 1)
     shared, dropped = share_identical_modules(text, "top")
     assert dropped == 0 and shared.splitlines()[0] == "module top(clk, a, y0);"
+
+
+def test_shared_modules_are_compiled_once_but_the_memory_stays_inlined():
+    from gen.module_share import compile_shared_modules_once
+    sram = ("module reshard_sram(clk);\n  input clk;\nendmodule\n")
+    memory = ("module \\top.m (clk);\n  input clk;\n  reshard_sram #(\n    .W(1)\n  ) bank0 (\n"
+              "    .clk(clk)\n  );\nendmodule\n")
+    top = ("module top(clk, a, y0, y1);\n  input clk;\n  input [3:0] a;\n  output [3:0] y0;\n"
+           "  output [3:0] y1;\n" + "".join(
+               f"  \\top.a  u{i} (\n    .clk(clk),\n    .a(a),\n    .\\q$1 (y{i})\n  );\n" for i in range(2))
+           + "".join(f"  \\top.m  m{i} (\n    .clk(clk)\n  );\n" for i in range(2)) + "endmodule\n")
+    text, marked = compile_shared_modules_once(top + _leaf("\\top.a", 1) + memory + sram, min_bytes=0)
+    assert marked == 1
+    assert "module \\top.a (clk, a, \\q$1 );\n  /*verilator no_inline_module*/\n" in text
+    assert "no_inline_module" not in text.split("module \\top.m", 1)[1]
