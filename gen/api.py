@@ -152,7 +152,8 @@ class CompileOptions:
         """A file-name-safe name of the reshard: ``tiny-qwen2_fsdp2dp2_vllmtp2``."""
         def part(text):
             return re.sub(r"[^A-Za-z0-9.-]+", "-", str(text).replace("=", "")).strip("-")
-        return "_".join(part(x) for x in (Path(self.model).stem, self.train, self.rollout))
+        model = Path(self.model).stem if self.model.endswith(".json") else Path(self.model).name
+        return "_".join(part(x) for x in (model, self.train, self.rollout))
 
 
 @dataclass
@@ -432,10 +433,18 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
        programs (:func:`gen.result.compare_results`): ``golden_agrees``.
     3. Cycles against the lower bound: ``cycles_over_lower_bound``.
 
-    ``wall_s`` is the wall time by phase, ``peak_rss_bytes`` the peak memory
-    of this process plus its largest child (the simulator or its compiler).
+    ``wall_s`` is the wall time by phase, ``peak_rss_bytes`` the peak of the
+    resident memory of this process and its children (the simulator, its
+    compiler) together, sampled (:class:`gen.resources.PeakMemory`).
     """
-    from gen.resources import peak_rss_bytes
+    from gen.resources import PeakMemory
+    with PeakMemory() as memory:
+        summary = _simulate(opts, progress)
+    summary["peak_rss_bytes"] = memory.peak
+    return summary
+
+
+def _simulate(opts: SimOptions, progress: Progress) -> dict:
     if opts.engine not in RTL_ENGINES:
         raise InputError(f"unknown engine {opts.engine!r}: use one of {', '.join(RTL_ENGINES)}")
     c = opts.compile
@@ -472,5 +481,4 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
     summary["seconds"] = round(res.seconds, 2)
     wall["total"] = round(time.perf_counter() - t_start, 2)
     summary["wall_s"] = wall
-    summary["peak_rss_bytes"] = peak_rss_bytes()
     return summary

@@ -6,9 +6,11 @@ be killed halfway by the kernel or a full disk.
 """
 from __future__ import annotations
 
-import resource
 import shutil
+import threading
 from pathlib import Path
+
+import psutil
 
 from model.errors import InputError
 
@@ -45,10 +47,44 @@ def check_disk(path, need: int, what: str):
         raise InputError(f"{what} needs {fmt_gib(need)} of disk under {p}, {fmt_gib(free)} is free")
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory plus the largest of its finished
-    children's (the simulator, the compiler): an upper bound on the peak of
-    the whole run, since the children ran while this process was alive."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return (own + kids) * 1024
+class PeakMemory:
+    """The peak of the summed resident memory of this process and all its
+    descendants (the C++ compiler, the simulator), sampled every ``interval``
+    seconds on a thread while the ``with`` block runs; ``peak`` in bytes.
+
+    A sum sampled over the whole tree is what the machine had to hold at
+    once; adding each process's own high-water mark would count the compiler
+    and the Python images that never coexisted.
+    """
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        me = psutil.Process()
+        total = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass                    # ended between listing and reading
+        self.peak = max(self.peak, total)
+        return total
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self):
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return False
