@@ -297,3 +297,20 @@ def test_compile_options_errors_name_the_option():
         CompileOptions(page_sizes="4K,x")
     with pytest.raises(InputError, match=r"^--devices 3 does not match"):
         compile_reshard(CompileOptions(devices=3))
+
+
+def test_the_compiler_sizes_for_shared_builds_and_large_models():
+    from gen.api import LARGE_PAGES, SHARED_IMEM_WORDS
+    exact = compile_reshard(CompileOptions(images=False, shared_build=False)).arch
+    shared = compile_reshard(CompileOptions(images=False)).arch
+    # memory rounded up to a power of two, instruction memory at least the shared size
+    assert shared.mem_bytes == 1 << (exact.mem_bytes - 1).bit_length() and shared.mem_bytes & (shared.mem_bytes - 1) == 0
+    assert shared.imem_words == max(SHARED_IMEM_WORDS, exact.imem_words) and exact.imem_words < SHARED_IMEM_WORDS
+    # a model the default pages cannot map: large pages and the smallest TLB that fits, said so
+    said = []
+    big = compile_reshard(CompileOptions(model="qwen2.5-0.5b", bus_bits=256, images=False), said.append)
+    assert big.arch.page_sizes == LARGE_PAGES and big.arch.tlb_entries == 128
+    assert any("do not fit" in m and "128 TLB entries" in m for m in said)
+    # given sizes are never second-guessed
+    with pytest.raises(InputError, match="TLB entries"):
+        compile_reshard(CompileOptions(model="qwen2.5-0.5b", images=False, tlb_entries=64))
