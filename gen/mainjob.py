@@ -110,7 +110,7 @@ def run(args) -> int:
           f"({am.cycles / am.lower_bound_cycles:.3f}x); {am.sim_cycles_per_s:,.0f} cycles/s")
     s.check(ares["verified"], "RTL rollout shards, memories and committed mappings match bit for bit")
 
-    s.step("6. the emitted Verilog under Verilator (generated $readmemh testbench)")
+    s.step("6. the emitted Verilog under Verilator (C++ harness, binary images)")
     vl = execute(loaded, "verilator", progress=lambda m: print(f"   {m}", flush=True))
     vres = summarize(loaded, vl)
     diffs = compare_results(vl, am, cycles=True)

@@ -34,7 +34,7 @@ def check_memory(need: int, what: str):
     """InputError when ``need`` bytes of memory are not available for ``what``."""
     have = available_memory()
     if have is not None and need > have:
-        raise InputError(f"{what} needs about {fmt_gib(need)} of memory, {fmt_gib(have)} is available")
+        raise InputError(f"{what}: about {fmt_gib(need)} of memory needed, {fmt_gib(have)} available")
 
 
 def check_disk(path, need: int, what: str):
@@ -44,7 +44,7 @@ def check_disk(path, need: int, what: str):
         p = p.parent
     free = shutil.disk_usage(p).free
     if need > free:
-        raise InputError(f"{what} needs {fmt_gib(need)} of disk under {p}, {fmt_gib(free)} is free")
+        raise InputError(f"{what}: {fmt_gib(need)} of disk needed under {p}, {fmt_gib(free)} free")
 
 
 class PeakMemory:

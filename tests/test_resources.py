@@ -1,0 +1,28 @@
+"""gen.resources: the checks before big runs, and the peak memory of a process tree."""
+import subprocess
+import sys
+
+import pytest
+
+from gen.resources import PeakMemory, available_memory, check_disk, check_memory
+from model.errors import InputError
+
+
+def test_memory_and_disk_checks_say_what_is_needed_and_free(tmp_path):
+    have = available_memory()
+    assert have and have > 1 << 20
+    check_memory(1 << 20, "a small thing")
+    with pytest.raises(InputError, match=r"^the images: about 1024\.00 GiB of memory needed, [\d.]+ GiB available$"):
+        check_memory(1 << 40, "the images")
+    check_disk(tmp_path / "not" / "yet", 1 << 20, "a small thing")     # the nearest existing parent counts
+    with pytest.raises(InputError, match=r"^the images: 1048576\.00 GiB of disk needed under .*, [\d.]+ GiB free$"):
+        check_disk(tmp_path, 1 << 50, "the images")
+
+
+def test_peak_memory_counts_children_while_they_run():
+    hold = "import time, numpy as np; a = np.ones(200 << 20, np.uint8); time.sleep(1.5)"
+    with PeakMemory(interval=0.05) as alone:
+        pass
+    with PeakMemory(interval=0.05) as with_child:
+        subprocess.run([sys.executable, "-c", hold], check=True)
+    assert with_child.peak - alone.peak > 150 << 20
