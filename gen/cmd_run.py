@@ -1,4 +1,4 @@
-"""``python -m gen run --engine golden|amaranth|verilator DIR``: execute a compiled program and verify it.
+"""``python -m gen run --engine golden|amaranth|verilator|verilator-tb DIR``: execute a compiled program and verify it.
 
 Parses into :class:`gen.api.RunOptions` and calls :func:`gen.api.run_compiled`.
 A manifest for another hardware generation, or for an ISA version this
