@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from gen.compiler import LARGE_PAGES, SHARED_IMEM_WORDS
 from gen.result import RunResult, compare_results, first_difference, run_golden
 from model.errors import InputError
 
@@ -248,9 +249,10 @@ def compile_reshard(opts: CompileOptions = CompileOptions(), progress: Progress 
         from gen.resources import check_memory
         from model.verify import reference_buffers
         mem = comp.arch.mem_bytes
-        # images, the golden model's copy of them, and the reference shards
-        check_memory(3 * mem * comp.arch.devices + 4 * model.numel * 4,
-                     f"images of {comp.arch.devices} x {fmt_bytes(mem)}")
+        # the larger of: the fp32 model and its fp32 shards (slicing), or the images, the
+        # golden model's copy of them and the shards in the dtype (docs/simulation.md, Limits)
+        check_memory(max(8 * model.numel, 2 * mem * comp.arch.devices + 2 * es * model.numel) + (1 << 30),
+                     f"the images of {comp.arch.devices} x {fmt_bytes(mem)} and the reference tensors")
         t0 = time.perf_counter()
         progress(f"slicing the reference tensors of {model.name} ({model.numel:,} parameters, seed {opts.seed})")
         tb, out.reference_rollout = reference_buffers({"source": source})
@@ -275,43 +277,12 @@ def compile_reshard(opts: CompileOptions = CompileOptions(), progress: Progress 
     return out
 
 
-#: the smallest instruction memory of a shared simulator build (CompileOptions.shared_build)
-SHARED_IMEM_WORDS = 1024
-
-#: page sizes the compiler turns to when the default ones need more TLB
-#: entries than the default TLB has (models of hundreds of megabytes)
-LARGE_PAGES = (4096, 65536, 1 << 21, 1 << 25)
-
-
 def _compile_fitting(plan, opts: CompileOptions, only, progress: Progress):
-    """compile_plan with the options; where neither the TLB size nor the page
-    sizes were given and the defaults do not fit, the large page sizes and the
-    smallest power-of-two TLB that holds the mappings."""
-    from gen.compiler import compile_plan
-
-    def attempt(tlb, pages):
-        return compile_plan(plan, only=only, imem_words=opts.imem_words or (1 << 30), tlb_entries=tlb,
-                            channels=opts.channels, page_sizes=pages, mem_bytes=opts.mem_bytes,
-                            mem_pow2=opts.shared_build and opts.mem_bytes is None)
-    try:
-        return attempt(opts.tlb_entries, opts.page_sizes)
-    except InputError as e:
-        if opts.tlb_entries is not None or opts.page_sizes is not None or "TLB entries" not in str(e):
-            raise
-        first = e
-    tlb = 64
-    while tlb <= 4096:
-        try:
-            comp = attempt(tlb, LARGE_PAGES)
-        except InputError as e:
-            if "TLB entries" not in str(e):
-                raise
-            tlb *= 2
-            continue
-        progress(f"the default pages and TLB do not fit ({first}); compiled for pages "
-                 f"{','.join(map(str, LARGE_PAGES))} and {tlb} TLB entries")
-        return comp
-    raise first
+    from gen.compiler import compile_fitting
+    return compile_fitting(plan, only=only, imem_words=opts.imem_words or (1 << 30),
+                           tlb_entries=opts.tlb_entries, channels=opts.channels, page_sizes=opts.page_sizes,
+                           mem_bytes=opts.mem_bytes, mem_pow2=opts.shared_build and opts.mem_bytes is None,
+                           progress=progress)
 
 
 def compile_to(opts: CompileOptions, out, progress: Progress = _quiet):

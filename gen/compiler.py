@@ -393,3 +393,37 @@ def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy]
     put(Op.COMMIT, "", ctx=CTX_ROLLOUT)
     put(Op.HALT, "")
     return words, asm
+
+
+#: the smallest instruction memory of a shared simulator build (``CompileOptions.shared_build``)
+SHARED_IMEM_WORDS = 1024
+
+#: page sizes the compiler turns to when the default ones need more TLB
+#: entries than the default TLB has (models of hundreds of megabytes)
+LARGE_PAGES = (4096, 65536, 1 << 21, 1 << 25)
+
+
+def compile_fitting(plan: Plan, *, tlb_entries=None, page_sizes=None, progress=lambda m: None,
+                    **overrides) -> Compiled:
+    """:func:`compile_plan`; where neither the TLB size nor the page sizes are
+    given and the defaults cannot map the plan, :data:`LARGE_PAGES` and the
+    smallest power-of-two TLB that holds the mappings (said through ``progress``)."""
+    try:
+        return compile_plan(plan, tlb_entries=tlb_entries, page_sizes=page_sizes, **overrides)
+    except InputError as e:
+        if tlb_entries is not None or page_sizes is not None or "TLB entries" not in str(e):
+            raise
+        first = e
+    tlb = 64
+    while tlb <= 4096:
+        try:
+            comp = compile_plan(plan, tlb_entries=tlb, page_sizes=LARGE_PAGES, **overrides)
+        except InputError as e:
+            if "TLB entries" not in str(e):
+                raise
+            tlb *= 2
+            continue
+        progress(f"the default pages and TLB do not fit ({first}); compiled for pages "
+                 f"{','.join(map(str, LARGE_PAGES))} and {tlb} TLB entries")
+        return comp
+    raise first
