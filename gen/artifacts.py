@@ -114,7 +114,7 @@ def compatibility_error(manifest: dict) -> str | None:
     return None
 
 
-def _write_image(path: Path, image, size: int):
+def write_image(path: Path, image, size: int):
     """Write a raw memory image of exactly ``size`` bytes (zero-padded)."""
     data = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image.reshape(-1)
     with open(path, "wb") as f:
@@ -145,12 +145,12 @@ def write_compiled(out: Path, comp, source: dict, bus_bits: int, memories: list 
                                          f"{source['rollout']} ({source['dtype']})\n" + disassemble(dp.words))
             size = comp.arch.mem_bytes
             if memories is not None:
-                _write_image(d / "mem_init.bin", memories[dp.device], size)
+                write_image(d / "mem_init.bin", memories[dp.device], size)
                 if hex_images:
                     write_hex(d / "mem_init.hex", image_bytes(memories[dp.device], size), bus_bits, 0,
                               f"initial memory of device {dp.device}: training shard at 0x0")
             if expected is not None:
-                _write_image(d / "mem_expected.bin", expected[dp.device], size)
+                write_image(d / "mem_expected.bin", expected[dp.device], size)
                 if hex_images:
                     write_hex(d / "mem_expected.hex", image_bytes(expected[dp.device], size), bus_bits, 0,
                               f"expected final memory of device {dp.device} (golden model)")

@@ -223,7 +223,7 @@ def _testbench_dir(work: Path, programs_from: Path, memories, bus_bits: int, siz
 def run_programs(arch, bus_bits: int, programs, memories, progress=None,
                  max_cycles: int | None = None, harness: str = "cxx") -> RunResult:
     """Run raw programs and memories (no compiled directory) on the emitted Verilog."""
-    from gen.artifacts import _write_image
+    from gen.artifacts import write_image
     from gen.hexfile import write_hex
     from hw.isa import WORD_BITS
     progress = progress or (lambda m: None)
@@ -234,7 +234,7 @@ def run_programs(arch, bus_bits: int, programs, memories, progress=None,
             (work / f"dev{d}").mkdir()
             write_hex(work / f"dev{d}" / "program.hex", list(prog) or [0], WORD_BITS)
             if harness == "cxx":
-                _write_image(work / f"dev{d}" / "mem_init.bin", mem, arch.mem_bytes)
+                write_image(work / f"dev{d}" / "mem_init.bin", mem, arch.mem_bytes)
         if harness == "tb":
             _testbench_dir(work, work, memories, bus_bits, arch.mem_bytes)
         res = _run_binary(binary, work, work, arch, bus_bits, progress, max_cycles)
