@@ -15,10 +15,6 @@ import psutil
 from model.errors import InputError
 
 
-def fmt_gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
-
-
 def available_memory() -> int | None:
     """Bytes of memory available to new allocations (Linux ``MemAvailable``), or None."""
     try:
@@ -32,19 +28,21 @@ def available_memory() -> int | None:
 
 def check_memory(need: int, what: str):
     """InputError when ``need`` bytes of memory are not available for ``what``."""
+    from gen.api import fmt_bytes
     have = available_memory()
     if have is not None and need > have:
-        raise InputError(f"{what}: about {fmt_gib(need)} of memory needed, {fmt_gib(have)} available")
+        raise InputError(f"{what}: about {fmt_bytes(need)} of memory needed, {fmt_bytes(have)} available")
 
 
 def check_disk(path, need: int, what: str):
     """InputError when the file system of ``path`` has less than ``need`` bytes free."""
+    from gen.api import fmt_bytes
     p = Path(path).resolve()
     while not p.exists():
         p = p.parent
     free = shutil.disk_usage(p).free
     if need > free:
-        raise InputError(f"{what}: {fmt_gib(need)} of disk needed under {p}, {fmt_gib(free)} free")
+        raise InputError(f"{what}: {fmt_bytes(need)} of disk needed under {p}, {fmt_bytes(free)} free")
 
 
 class PeakMemory:

@@ -12,10 +12,10 @@ def test_memory_and_disk_checks_say_what_is_needed_and_free(tmp_path):
     have = available_memory()
     assert have and have > 1 << 20
     check_memory(1 << 20, "a small thing")
-    with pytest.raises(InputError, match=r"^the images: about 1024\.00 GiB of memory needed, [\d.]+ GiB available$"):
+    with pytest.raises(InputError, match=r"^the images: about 1\.00 TiB of memory needed, [\d.]+ GiB available$"):
         check_memory(1 << 40, "the images")
     check_disk(tmp_path / "not" / "yet", 1 << 20, "a small thing")     # the nearest existing parent counts
-    with pytest.raises(InputError, match=r"^the images: 1048576\.00 GiB of disk needed under .*, [\d.]+ GiB free$"):
+    with pytest.raises(InputError, match=r"^the images: 1024\.00 TiB of disk needed under .*, [\d.]+ GiB free$"):
         check_disk(tmp_path, 1 << 50, "the images")
 
 
