@@ -12,12 +12,16 @@
    memory, bit-identical to a run fed by verl's export directly;
 8. the captured training step's forward and backward collectives (parameter
    all-gathers, gradient reduce-scatters) replayed on the emitted Verilog with
-   ISA v2's reduce-on-write, checked against the tensors gloo produced.
+   ISA v2's reduce-on-write, checked against the tensors gloo produced;
+9. the iteration model (three walls) for qwen2.5-7b GRPO on 8x H100, then
+   ``build/report/index.html``: every step above, FPGA builds found under
+   ``build/``, the model with its pictures and the published figures.
 
 Every step prints what it found; the last line is the verdict.
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,15 +30,49 @@ BUILD = Path("build")
 
 
 class _Steps:
+    """Prints the steps and keeps what each printed (through a tee on stdout) for the report."""
+    KEYS = ("trace", "layouts", "plans", "golden", "rtl", "verilog", "loop", "collectives", "model")
+
     def __init__(self):
         self.failures: list[str] = []
         self.t0 = time.monotonic()
+        self.steps: list = []
+        self._out = sys.stdout
+        sys.stdout = self
+
+    def write(self, text: str) -> int:
+        self._out.write(text)
+        if self.steps:
+            cur = self.steps[-1]
+            parts = text.split("\n")
+            if cur.lines:
+                cur.lines[-1] += parts[0]
+            else:
+                cur.lines.append(parts[0])
+            cur.lines.extend(parts[1:])
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        sys.stdout = self._out
 
     def step(self, title: str):
-        print(f"\n== {title}", flush=True)
+        from gen.report import Step
+        self._out.write(f"\n== {title}\n")
+        self._out.flush()
+        self.steps.append(Step(self.KEYS[len(self.steps)], title.split(". ", 1)[-1]))
+
+    def progress(self, msg: str) -> None:
+        """A progress line: on the terminal, not in the report."""
+        self._out.write(f"   {msg}\n")
+        self._out.flush()
 
     def check(self, ok: bool, what: str):
-        print(f"   [{'ok' if ok else 'FAIL'}] {what}", flush=True)
+        self._out.write(f"   [{'ok' if ok else 'FAIL'}] {what}\n")
+        self._out.flush()
+        self.steps[-1].checks.append((what, ok))
         if not ok:
             self.failures.append(what)
 
@@ -56,6 +94,13 @@ def _plan_line(model_name: str, train: str, rollout: str, dtype: str = "bf16") -
 
 def run(args) -> int:
     s = _Steps()
+    try:
+        return _run(s)
+    finally:
+        s.close()
+
+
+def _run(s: _Steps) -> int:
     print("ReshardIP main job: verl capture -> layouts -> plans -> programs -> golden model -> RTL -> Verilog -> closed loop -> collectives")
 
     s.step("1. capture: verl 0.9.1 FSDPEngine, tiny-qwen2, fsdp2, 2 CPU ranks (gloo), collective tensors recorded")
@@ -104,14 +149,14 @@ def run(args) -> int:
     s.check(res["verified"], "golden model reproduces the vLLM shards bit for bit")
 
     s.step("5. the same reshard on the RTL (Amaranth simulator)")
-    am = execute(loaded, "amaranth", progress=lambda m: print(f"   {m}", flush=True))
+    am = execute(loaded, "amaranth", progress=s.progress)
     ares = summarize(loaded, am)
     print(f"   status {ares['status']}; {am.cycles:,} cycles vs lower bound {am.lower_bound_cycles:,} "
           f"({am.cycles / am.lower_bound_cycles:.3f}x); {am.sim_cycles_per_s:,.0f} cycles/s")
     s.check(ares["verified"], "RTL rollout shards, memories and committed mappings match bit for bit")
 
     s.step("6. the emitted Verilog under Verilator (C++ harness, binary images)")
-    vl = execute(loaded, "verilator", progress=lambda m: print(f"   {m}", flush=True))
+    vl = execute(loaded, "verilator", progress=s.progress)
     vres = summarize(loaded, vl)
     diffs = compare_results(vl, am, cycles=True)
     for d in diffs[:5]:
@@ -148,11 +193,27 @@ def run(args) -> int:
     s.check(coll["verified"], "every replayed collective equals what gloo produced inside verl "
                               "(bit for bit on 2 ranks)")
 
+    s.step("9. the iteration model: qwen2.5-7b GRPO on 8x H100, three walls, weight sync by scheme")
+    from gen.perf_run import PerfOptions, report_lines as perf_lines, run_perf, temp_dir, write_plots
+    from model.engine_cost import load_costs
+    from model.published import comparison_rows
+    popts = PerfOptions()
+    perf = run_perf(popts)
+    for line in perf_lines(perf):
+        print(f"   {line}")
+    plots = write_plots(popts, temp_dir(), progress=s.progress)
+    published = comparison_rows(load_costs())
+    s.check(perf["iteration_s"] > 0 and len(plots) == 4, "the model placed every phase and drew its four pictures")
+
     elapsed = time.monotonic() - s.t0
     if s.failures:
-        print(f"\nVERDICT: FAIL ({len(s.failures)} check(s) failed: {'; '.join(s.failures)}) in {elapsed:.0f} s")
-        return 1
-    print(f"\nVERDICT: PASS (capture, layouts, plans, golden model, RTL, Verilog, the closed loop and the "
-          f"training collectives all agree) "
-          f"in {elapsed:.0f} s")
-    return 0
+        verdict = f"VERDICT: FAIL ({len(s.failures)} check(s) failed: {'; '.join(s.failures)}) in {elapsed:.0f} s"
+    else:
+        verdict = (f"VERDICT: PASS (capture, layouts, plans, golden model, RTL, Verilog, the closed loop and the "
+                   f"training collectives all agree) in {elapsed:.0f} s")
+    from gen.report import write_report
+    page = write_report(s.steps, verdict, perf, plots, published, BUILD / "report")
+    shutil.rmtree(plots[0].parent, ignore_errors=True)
+    print(f"\nreport: {page}")
+    print(f"\n{verdict}")
+    return 1 if s.failures else 0

@@ -130,6 +130,15 @@ def _rollout(m: ModelSpec, w: Workload, roll: ParallelSpec, world: int) -> list[
     return [prefill, decode]
 
 
+def fsdp_microbatch_traffic(m: ModelSpec, world: int) -> dict[str, float]:
+    """Bytes each rank sends per training micro-batch under verl's FSDP (mixed precision bf16
+    parameters, fp32 gradient reduction), as a real capture records them: every parameter
+    all-gathered for the forward and again for the backward, every gradient reduce-scattered."""
+    gather = _ring(m.numel * PARAM_BYTES, world, "all_gather")
+    return {"forward all_gather": gather, "backward all_gather": gather,
+            "backward reduce_scatter": _ring(m.numel * GRAD_REDUCE_BYTES, world, "reduce_scatter")}
+
+
 def _fsdp_pass(m: ModelSpec, name: str, w: Workload, world: int, tokens_per_chip: float,
                backward: bool, epochs: int = 1) -> Phase:
     """Forward (and backward) passes under FSDP: per micro-batch every layer's parameters are
@@ -137,8 +146,8 @@ def _fsdp_pass(m: ModelSpec, name: str, w: Workload, world: int, tokens_per_chip
     micro = epochs * -(-(w.sequences // world or 1) // w.micro_batch)
     full = m.numel * PARAM_BYTES
     gathers = 2 if backward else 1
-    link = micro * (gathers * _ring(full, world, "all_gather")
-                    + (_ring(m.numel * GRAD_REDUCE_BYTES, world, "reduce_scatter") if backward else 0))
+    traffic = fsdp_microbatch_traffic(m, world)
+    link = micro * (sum(traffic.values()) if backward else traffic["forward all_gather"])
     flops_tok = (6 if backward else 2) * m.numel + (3 if backward else 1) * _attn_flops(m, w.seq_len / 2)
     act = w.micro_batch * w.seq_len * (m.hidden * m.layers * PARAM_BYTES + m.vocab * 4)
     state = m.numel * TRAIN_STATE_BYTES / world
