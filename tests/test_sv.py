@@ -271,7 +271,7 @@ def test_command_writes_checks_and_refuses_bad_out(tmp_path, capsys):
 
 # ---------------------------------------------------------------- pyslang
 
-def _elaborate(sources: dict[str, str]) -> tuple[list[str], list[str]]:
+def _elaborate(sources: dict[str, str], top: str = "reshard_sv_top") -> tuple[list[str], list[str]]:
     """Parse and elaborate ``{name: text}`` (in order) with tests/sv/ on the
     include path: (errors, warnings), formatted by slang."""
     pyslang = pytest.importorskip("pyslang")
@@ -284,7 +284,7 @@ def _elaborate(sources: dict[str, str]) -> tuple[list[str], list[str]]:
     for name, text in sources.items():
         comp.addSyntaxTree(syntax.SyntaxTree.fromText(text, sm, name, name, bag))
     diags = list(comp.getAllDiagnostics())
-    assert [i.name for i in comp.getRoot().topInstances] == ["reshard_sv_top"]
+    assert [i.name for i in comp.getRoot().topInstances] == [top]
     engine = pyslang.DiagnosticEngine(sm)
     errors = [engine.formatMessage(d) for d in diags if d.isError()]
     warnings = [engine.formatMessage(d) for d in diags if not d.isError()]
@@ -306,6 +306,19 @@ def _sources(**edits) -> dict[str, str]:
 def test_pyslang_elaborates_the_package_and_item_with_no_diagnostic():
     errors, warnings = _elaborate(_sources())
     assert errors == [] and warnings == []
+
+
+def test_the_example_in_docs_sv_md_elaborates():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "sv.md").read_text()
+    example = re.search(r"```systemverilog\n(module tb_top;\n.*?\nendmodule)\n```", doc, re.S)
+    assert example, "docs/sv.md has no tb_top example"
+    src = _sources()
+    del src[TOP.name]
+    src["tb_top.sv"] = example.group(1) + "\n"
+    errors, warnings = _elaborate(src, top="tb_top")
+    assert errors == [] and warnings == []
+    broken = dict(src, **{"tb_top.sv": src["tb_top.sv"].replace("item.decode(", "item.decodes(")})
+    assert any("decodes" in e for e in _elaborate(broken, top="tb_top")[0])
 
 
 @pytest.mark.parametrize("file, old, new, expect", [

@@ -12,4 +12,14 @@
     return `"T`"; \
   endfunction
 
+// Reporting (docs/sv.md's example uses them): printed, not filtered by verbosity.
+`define uvm_info(ID, MSG, VERBOSITY) \
+  $display("UVM_INFO [%s] %s", ID, MSG);
+
+`define uvm_error(ID, MSG) \
+  $error("UVM_ERROR [%s] %s", ID, MSG);
+
+`define uvm_fatal(ID, MSG) \
+  $fatal(1, "UVM_FATAL [%s] %s", ID, MSG);
+
 `endif

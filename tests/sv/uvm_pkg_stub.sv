@@ -5,6 +5,9 @@
 // real uvm_pkg: docs/sv.md says what to compile instead.
 package uvm_pkg;
 
+  typedef enum int { UVM_NONE = 0, UVM_LOW = 100, UVM_MEDIUM = 200, UVM_HIGH = 300, UVM_FULL = 400,
+                     UVM_DEBUG = 500 } uvm_verbosity;
+
   virtual class uvm_void;
   endclass
 
