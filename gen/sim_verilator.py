@@ -80,16 +80,17 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
     # copies, each compiled once (not inlined into every instance)
     design, _ = share_identical_modules(design, top.module)
     design, _ = compile_shared_modules_once(design)
-    base = [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG)]
     if harness == "cxx":
         from gen import harness as cxx
-        return base + [("reshard_harness.v", cxx.wrapper(arch.devices, top.module)),
-                       ("harness.cpp", cxx.generate(arch.devices, arch.mem_bytes, arch.imem_words,
-                                                    arch.tlb_entries, arch.channels, PROGRESS_CYCLES)),
-                       ("public.vlt", cxx.CONFIG)]
+        design, _ = cxx.without_reset(design)       # the harness ties rst low
+        return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG),
+                ("reshard_harness.v", cxx.wrapper(arch.devices, top.module)),
+                ("harness.cpp", cxx.generate(arch.devices, arch.mem_bytes, arch.imem_words,
+                                             arch.tlb_entries, arch.channels, PROGRESS_CYCLES)),
+                ("public.vlt", cxx.CONFIG)]
     tb = generate(arch.devices, bus_bits, arch.mem_bytes, arch.imem_words, arch.tlb_entries,
                   arch.channels, top=top.module)
-    return base + [(f"{TB_MODULE}.v", tb)]
+    return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG), (f"{TB_MODULE}.v", tb)]
 
 
 def build_simulator(arch, bus_bits: int, progress=lambda m: None, harness: str = "cxx") -> tuple[Path, bool]:

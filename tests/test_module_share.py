@@ -86,3 +86,27 @@ def test_shared_modules_are_compiled_once_but_the_memory_stays_inlined():
     assert marked == 1
     assert "module \\top.a (clk, a, \\q$1 );\n  /*verilator no_inline_module*/\n" in text
     assert "no_inline_module" not in text.split("module \\top.m", 1)[1]
+
+
+def _resettable(name: str, child: str | None = None, rst_conn: str = "rst") -> str:
+    # Amaranth's way: the next state tests rst in an always @* block, the reset goes down as .rst(rst)
+    inst = f"  {child}  k (\n    .clk(clk),\n    .rst({rst_conn})\n  );\n" if child else ""
+    return (f"module {name} (clk, rst);\n  input clk;\n  wire clk;\n  input rst;\n  wire rst;\n"
+            f"  reg [3:0] q = 4'h5;\n  reg [3:0] \\q$next ;\n{inst}"
+            f"  always @* begin\n    \\q$next  = q + 4'h1;\n    if (rst) begin\n      \\q$next  = 4'h5;\n"
+            f"    end\n  end\n  always @(posedge clk)\n    q <= \\q$next ;\nendmodule\n")
+
+
+def test_the_harness_takes_the_reset_branches_out():
+    from gen.harness import without_reset, wrapper
+    other = ("module other (clk, go);\n  input clk;\n  input go;\n  reg rst = 1'h0;\n"
+             "  always @(posedge clk)\n    if (rst) rst <= go;\nendmodule\n")
+    text = _resettable("top", "\\top.k") + _resettable("\\top.k") + other
+    out, n = without_reset(text)
+    assert n == 2 and out.count("if (1'b0)") == 2 and "if (rst)" in out.split("module other", 1)[1]
+    assert out.split("module other", 1)[1] == text.split("module other", 1)[1]   # its rst is its own
+    # a reset that is not the system's passed down unchanged: nothing is touched
+    gated = _resettable("top", "\\top.k", rst_conn="rst | clk") + _resettable("\\top.k")
+    assert without_reset(gated) == (gated, 0)
+    # the harness's top ties the system's reset low
+    assert ".rst(1'b0)" in wrapper(2)
