@@ -16,6 +16,7 @@ back what it printed and dumped into a :class:`gen.result.RunResult`.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -93,14 +94,40 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
     return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG), (f"{TB_MODULE}.v", tb)]
 
 
-def build_simulator(arch, bus_bits: int, progress=lambda m: None, harness: str = "cxx") -> tuple[Path, bool]:
-    """(executable, was_cached) of the simulator of this architecture with this driver."""
+#: set to 1, the C++ harness is built with GCC's profile-guided optimisation, trained on
+#: the first :data:`PGO_TRAIN_CYCLES` cycles of the program it is built to run
+PGO_ENV = "RESHARD_VERILATOR_PGO"
+PGO_TRAIN_CYCLES = 1 << 20
+
+
+def pgo_requested() -> bool:
+    return os.environ.get(PGO_ENV, "") == "1"
+
+
+def _trainer(program_dir: Path):
+    """``build_binary``'s ``train``: run the instrumented simulator on a compiled program."""
+    def train(exe: Path):
+        with tempfile.TemporaryDirectory(prefix="reshard-pgo-") as tmp:
+            subprocess.run([str(exe), f"+dir={Path(program_dir).resolve()}", f"+out={tmp}",
+                            f"+max_cycles={PGO_TRAIN_CYCLES}"], cwd=tmp,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return train
+
+
+def build_simulator(arch, bus_bits: int, progress=lambda m: None, harness: str = "cxx",
+                    train_dir: Path | None = None) -> tuple[Path, bool]:
+    """(executable, was_cached) of the simulator of this architecture with this driver.
+
+    With ``train_dir`` (a compiled program directory) the C++ harness is built
+    with profile-guided optimisation, profiled on that program's first
+    :data:`PGO_TRAIN_CYCLES` cycles (``gen.verilator.build_binary``'s ``train``).
+    """
     from gen.verilator import HARNESS_FLAGS, build_binary
     sources = system_sources(arch, bus_bits, progress, harness)
     if harness == "cxx":
         from gen.harness import TOP as HARNESS_TOP
         return build_binary(sources, HARNESS_TOP, progress=progress, mode_flags=HARNESS_FLAGS,
-                            name="Vharness")
+                            name="Vharness", train=_trainer(train_dir) if train_dir is not None else None)
     from gen.testbench import TB_MODULE
     return build_binary(sources, TB_MODULE, progress=progress)
 
@@ -253,7 +280,9 @@ def run_verilator(loaded, progress=None, max_cycles: int | None = None,
     progress = progress or (lambda m: None)
     t0 = time.perf_counter()
     bus_bits = loaded.manifest["bus_bits"]
-    binary, cached = build_simulator(loaded.arch, bus_bits, progress, harness)
+    pgo = harness == "cxx" and pgo_requested()
+    binary, cached = build_simulator(loaded.arch, bus_bits, progress, harness,
+                                     train_dir=Path(loaded.path) if pgo else None)
     t_build = time.perf_counter() - t0
     progress(f"simulator {'cached' if cached else 'built'}: {binary} ({t_build:.1f} s)")
     out_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="reshard-vl-"))

@@ -33,14 +33,41 @@ def _digest(sources: list[tuple[str, str]], flags: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
+#: GCC's profile-guided optimisation of the model's per-cycle code (``train`` in :func:`build_binary`)
+PGO_GENERATE = "-fprofile-generate"
+PGO_USE = ["-fprofile-use", "-fprofile-correction", "-Wno-missing-profile", "-Wno-coverage-mismatch"]
+
+
+def _make(obj: Path, mk: str, jobs: int, env: dict, opt_fast: str, extra: list[str]):
+    r = subprocess.run(["make", "-C", str(obj), "-f", mk, f"-j{jobs}", f"OPT_FAST={opt_fast}",
+                        "CFG_CXXFLAGS_PCH_I=-include", *extra], capture_output=True, text=True, env=env)
+    return r
+
+
+def _fast_objects(obj: Path) -> list[Path]:
+    """What make compiles with OPT_FAST (the model's per-cycle code and the harness), and the
+    files made of them: the slow code (construction, initial values) and Verilator's own
+    library keep their objects."""
+    return [f for f in obj.iterdir()
+            if (f.suffix == ".o" and "Slow" not in f.name and not f.name.startswith("verilated"))
+            or f.suffix == ".a" or f.name.endswith(".fast.gch")]
+
+
 def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, jobs: int = 2,
                  progress=lambda m: None, mode_flags: list[str] | None = None,
-                 name: str | None = None) -> tuple[Path, bool]:
+                 name: str | None = None, train=None) -> tuple[Path, bool]:
     """(executable, was_cached) for the given (file name, text) sources.
 
     ``mode_flags`` default to :data:`BUILD_FLAGS` (a Verilog testbench as the
     top); with :data:`HARNESS_FLAGS` the sources include the C++ harness and
     ``name`` is the executable's name.
+
+    ``train(executable)``, where given, asks for GCC's profile-guided
+    optimisation: the per-cycle code is compiled instrumented, ``train`` runs
+    the executable on something representative (its profile is written
+    beside the objects), and that code is compiled again from the profile.
+    About 10-20% faster simulation for a second compile of the per-cycle code
+    (roughly half the build again); cached apart from the plain build.
     """
     exe = find_verilator()
     find_cxx()
@@ -48,7 +75,7 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
         raise InputError("make is not installed: Verilator builds need it (e.g. apt-get install make)")
     name = name or f"V{top}"
     flags = (mode_flags or BUILD_FLAGS) + verilator_flags() + ["--top-module", top, "-o", name]
-    key = _digest(sources, flags)
+    key = _digest(sources, flags + (["pgo", *PGO_USE] if train else []))
     out = Path(cache) / key
     binary = out / name
     if binary.is_file():
@@ -61,12 +88,24 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
         progress(f"verilating {top} ({sum(len(t) for _, t in sources):,} bytes of Verilog) "
                  f"into {out}; this takes a minute the first time")
         env = dict(os.environ, MAKEFLAGS=f"-j{jobs}")
+        if train and "--build" in flags:      # verilate here, then make twice with the profile between
+            flags = [f for f in flags if f != "--build"]
         # the PyPI build's make fragment leaves the precompiled-header include flag empty
         r = subprocess.run([exe, *flags, "--Mdir", "obj", "--build-jobs", str(jobs),
                             "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
                             *[fname for fname, _ in sources]],
                            cwd=tmp, capture_output=True, text=True, env=env)
         built = tmp / "obj" / name
+        if train and not r.returncode:
+            obj, mk = tmp / "obj", f"V{top}.mk"
+            opt = next((f.split("=", 1)[1] for f in flags if f.startswith("OPT_FAST=")), "-O2")
+            r = _make(obj, mk, jobs, env, f"{opt} {PGO_GENERATE}", [f"USER_LDFLAGS={PGO_GENERATE}"])
+            if not r.returncode and built.is_file():
+                progress("profiling the simulator (profile-guided build)")
+                train(built)
+                for f in _fast_objects(obj) + [built]:
+                    f.unlink()
+                r = _make(obj, mk, jobs, env, " ".join([opt, *PGO_USE]), [])
         if r.returncode or not built.is_file():
             err = [ln for ln in r.stderr.splitlines() if "%Error" in ln or "error:" in ln]
             raise InputError(f"Verilator build of {top} failed: {(err or r.stderr.splitlines() or ['?'])[0]}")

@@ -65,6 +65,19 @@ def test_harness_evaluates_the_model_once_a_cycle(tiny_prog, tmp_path):
     assert "EVALS 1 a cycle" in lines and any(ln.startswith("CYCLES ") for ln in lines)
 
 
+def test_profile_guided_build_agrees(tiny_prog, monkeypatch):
+    """RESHARD_VERILATOR_PGO=1: a second simulator, profiled on the program, same results."""
+    from gen.sim_verilator import PGO_ENV, build_simulator
+    plain = execute(tiny_prog, "verilator")
+    monkeypatch.setenv(PGO_ENV, "1")
+    pgo = execute(tiny_prog, "verilator")
+    _agree(pgo, plain)
+    assert pgo.cycles == plain.cycles and pgo.tb_cycles == plain.tb_cycles
+    plain_binary, _ = build_simulator(tiny_prog.arch, 64)
+    pgo_binary, cached = build_simulator(tiny_prog.arch, 64, train_dir=tiny_prog.path)
+    assert cached and pgo_binary != plain_binary
+
+
 def test_max_cycles_stops_and_dumps(tiny_prog, tmp_path):
     from gen.sim_verilator import SimulationTimeout, run_verilator
     with pytest.raises(SimulationTimeout, match=r"--max-cycles 200: DEV 0 status=1 .*; final state dumped in"):
