@@ -8,7 +8,8 @@
   testbench (``verilator-tb``) and by the C++ harness (``verilator``). Their
   cycle counts (equal) and simulated cycles per second (targets: the harness
   at least 1,000x the Amaranth simulator and 4x the Verilog testbench; each
-  Verilator figure is the best of three runs of the cached simulator);
+  Verilator figure is the best of three runs of the cached simulator), and
+  the harness built with profile-guided optimisation (``RESHARD_VERILATOR_PGO=1``);
 - small-qwen2 (11.5M parameters) ``fsdp2:dp=2`` -> ``vllm:tp=2`` on a 256-bit
   bus, compiled, run on the emitted Verilog and verified bit for bit against
   the independently sliced tensors (target: under 5 minutes end to end,
@@ -16,6 +17,7 @@
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -32,21 +34,36 @@ def run_benchmarks() -> dict:
     work = Path(tempfile.mkdtemp(prefix="reshard-bench-"))
     out: dict = {}
     tiny = _compile("tiny-qwen2", "fsdp2:dp=2", "vllm:tp=2", 64, work / "tiny")
+    from gen.sim_verilator import PGO_ENV
     runs = {}
-    for engine in ("verilator", "verilator-tb"):
-        execute(tiny, engine)                       # builds (or reuses) the simulator first
-        runs[engine] = max((execute(tiny, engine) for _ in range(3)), key=lambda r: r.sim_cycles_per_s)
-    vl, tb = runs["verilator"], runs["verilator-tb"]
+    saved = os.environ.pop(PGO_ENV, None)
+    try:
+        # the plain harness, the testbench, then the harness built with profile-guided
+        # optimisation (opt-in: RESHARD_VERILATOR_PGO=1)
+        for label, engine, pgo_flag in (("verilator", "verilator", None), ("verilator-tb", "verilator-tb", None),
+                                        ("pgo", "verilator", "1")):
+            if pgo_flag:
+                os.environ[PGO_ENV] = pgo_flag
+            execute(tiny, engine)                       # builds (or reuses) the simulator first
+            runs[label] = max((execute(tiny, engine) for _ in range(3)), key=lambda r: r.sim_cycles_per_s)
+    finally:
+        os.environ.pop(PGO_ENV, None)
+        if saved is not None:
+            os.environ[PGO_ENV] = saved
+    vl, tb, pgo = runs["verilator"], runs["verilator-tb"], runs["pgo"]
     am = execute(tiny, "amaranth")
     out["tiny_cycles_verilator"] = vl.cycles
     out["tiny_cycles_verilator_tb"] = tb.cycles
     out["tiny_cycles_amaranth"] = am.cycles
-    out["tiny_cycles_equal"] = vl.cycles_per_device == tb.cycles_per_device == am.cycles_per_device
+    out["tiny_cycles_equal"] = (vl.cycles_per_device == tb.cycles_per_device == am.cycles_per_device
+                                == pgo.cycles_per_device)
     out["verilator_sim_cycles_per_s"] = round(vl.sim_cycles_per_s)
     out["verilator_tb_sim_cycles_per_s"] = round(tb.sim_cycles_per_s)
     out["amaranth_sim_cycles_per_s"] = round(am.sim_cycles_per_s)
     out["verilator_speedup"] = round(vl.sim_cycles_per_s / am.sim_cycles_per_s, 1)
     out["verilator_speedup_target"] = 1000
+    out["verilator_pgo_sim_cycles_per_s"] = round(pgo.sim_cycles_per_s)
+    out["verilator_pgo_speedup"] = round(pgo.sim_cycles_per_s / am.sim_cycles_per_s, 1)
     out["verilator_tb_speedup"] = round(tb.sim_cycles_per_s / am.sim_cycles_per_s, 1)
     out["harness_over_testbench"] = round(vl.sim_cycles_per_s / tb.sim_cycles_per_s, 2)
     out["harness_over_testbench_target"] = 4
