@@ -258,10 +258,23 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
         # incoming bytes of a compiled device come from every source: count them from the plan
         for g in only:
             incoming[g] = sum(r.numel * es for r in plan.runs_into(g) if r.src != g)
+    merged = {s: _merge_copies(sources[s]) for s in (range(world) if only is None else only)}
+    traffic = [[0] * world for _ in range(world)]
+    for s in range(world):
+        if s in merged:
+            for c in merged[s]:
+                traffic[s][c.dst_dev] += c.nbytes
+        else:
+            # a device not compiled now: its pushes from the plan
+            for g in range(world):
+                traffic[s][g] = sum(r.numel * es for r in plan.runs_into(g) if r.src == s)
+    segments = _segments(traffic)
     for s in (range(world) if only is None else only):
-        copies = _balance(_merge_copies(sources[s]), arch.channels, s, world)
+        # the all-to-all in phases on one channel: its copies start in program order
+        copies = [c._replace(chan=0) for c in _schedule(merged[s], segments[s])]
+        fences = _ack_fences(copies, s)
         ctx1 = _ctx1_pages(arch, comp, layout[s])
-        prog = _emit(arch, s, world, ctx0, ctx1, copies)
+        prog = _emit(arch, s, world, ctx0, ctx1, copies, fences)
         words, asm = prog
         bytes_remapped = sum(arch.page_sizes[i] for i, _va, _pa, remap in ctx1 if remap)
         dp = DeviceProgram(s, words, asm, copies, layout[s]["tensors"],
@@ -367,7 +380,9 @@ def _balance(copies: list[Copy], channels: int, src: int = 0, world: int = 1) ->
     return out
 
 
-def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy]):
+def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy],
+          fences: frozenset[int] = frozenset()):
+    """The program; a FENCE before each copy whose index is in ``fences``."""
     words, asm = [], []
 
     def put(op, text, **f):
@@ -381,6 +396,8 @@ def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy]
     for i, va, pa, _remap in ctx1:
         put(Op.REMAP, "", ctx=CTX_ROLLOUT, size=i, perm=PERM_R, staged=1, dev=dev, va=va, pa=pa)
     for tag, c in enumerate(copies):
+        if tag in fences:
+            put(Op.FENCE, "", mask=0)
         put(Op.COPY, "", chan=c.chan, ctx=CTX_COPY, tag=tag & 0xFFFF, src=c.src_va, dst=c.dst_va,
             row_bytes=c.row_bytes, rows=c.rows,
             src_stride=c.src_stride if c.rows > 1 else 0, dst_stride=c.dst_stride if c.rows > 1 else 0)
@@ -427,3 +444,199 @@ def compile_fitting(plan: Plan, *, tlb_entries=None, page_sizes=None, progress=l
                  f"{','.join(map(str, LARGE_PAGES))} and {tlb} TLB entries")
         return comp
     raise first
+
+
+# ---------------------------------------------------------------- schedule
+
+def _max_weight_matching(w: list[list[int]]) -> list[int]:
+    """The assignment of rows to columns of the square matrix ``w`` with the
+    largest total weight (Hungarian algorithm, O(n^3)): ``col[row]``."""
+    n = len(w)
+    big = max((x for row in w for x in row), default=0)
+    cost = [[big - x for x in row] for row in w]      # minimise
+    INF = float("inf")
+    u, v, p, way = [0] * (n + 1), [0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
+    for i in range(1, n + 1):
+        p[0], j0 = i, 0
+        minv, used = [INF] * (n + 1), [False] * (n + 1)
+        while True:
+            used[j0] = True
+            i0, delta, j1 = p[j0], INF, 0
+            for j in range(1, n + 1):
+                if not used[j]:
+                    cur = cost[i0 - 1][j - 1] - u[i0] - v[j]
+                    if cur < minv[j]:
+                        minv[j], way[j] = cur, j0
+                    if minv[j] < delta:
+                        delta, j1 = minv[j], j
+            for j in range(n + 1):
+                if used[j]:
+                    u[p[j]] += delta
+                    v[j] -= delta
+                else:
+                    minv[j] -= delta
+            j0 = j1
+            if p[j0] == 0:
+                break
+        while j0:
+            j1 = way[j0]
+            p[j0] = p[j1]
+            j0 = j1
+    col = [0] * n
+    for j in range(1, n + 1):
+        col[p[j] - 1] = j - 1
+    return col
+
+
+def _segments(traffic: list[list[int]]) -> list[list[tuple[int, int]]]:
+    """The order in which each source sends its bytes: per source, a list of
+    ``(destination, bytes)``, from the traffic matrix (bytes, source x
+    destination; the diagonal is a device's copies into its own memory).
+
+    The remote part is an open shop: a destination's network input takes one
+    beat a cycle, so two sources pushing into it at once share it. It is cut
+    into phases in each of which every destination takes from at most one
+    source (Gonzalez and Sahni's preemptive open shop): padded with idle time
+    until every row and column sums to the busiest one, ``L``, the matrix is
+    a sum of matchings (Birkhoff); taking the matching of the largest
+    remaining total for as long as its smallest entry lasts empties an entry a
+    phase, so there are at most ``world^2`` phases, and they add up to ``L``.
+    Local copies use no network port (they enter memory through their own
+    write port): a source fills its idle time in a phase with them, so that
+    with no barrier between phases it does not run ahead into the next
+    phase; the local bytes left over go last.
+    """
+    world = len(traffic)
+    real = [[0 if s == d else traffic[s][d] for d in range(world)] for s in range(world)]
+    local = [traffic[s][s] for s in range(world)]
+    rows = [sum(r) for r in real]
+    cols = [sum(real[s][d] for s in range(world)) for d in range(world)]
+    span = max(rows + cols, default=0)
+    # idle padding: deficits of rows against deficits of columns (north-west corner)
+    pad = [[0] * world for _ in range(world)]
+    a, b = [span - x for x in rows], [span - x for x in cols]
+    s = d = 0
+    while s < world and d < world:
+        x = min(a[s], b[d])
+        pad[s][d] += x
+        a[s] -= x
+        b[d] -= x
+        if a[s] == 0:
+            s += 1
+        else:
+            d += 1
+    phases = []               # (bytes, [(destination, real bytes) per source])
+    while any(real[s][d] or pad[s][d] for s in range(world) for d in range(world)):
+        tot = [[real[s][d] + pad[s][d] for d in range(world)] for s in range(world)]
+        big = 1 + max(max(r) for r in tot)
+        # a perfect matching on the remaining entries (one exists: all sums are equal),
+        # the one with the most real bytes among them
+        col = _max_weight_matching([[(big + real[s][d]) if tot[s][d] else 0 for d in range(world)]
+                                    for s in range(world)])
+        dur = min(tot[s][col[s]] for s in range(world) if tot[s][col[s]])
+        sends = []
+        for s in range(world):
+            d = col[s]
+            used = min(dur, real[s][d]) if tot[s][d] else 0
+            if tot[s][d]:
+                real[s][d] -= used
+                pad[s][d] -= dur - used
+            sends.append((d, used))
+        phases.append((dur, sends))
+    # phases in which every source has bytes to send first: a source's idle time
+    # comes as late as it can, where running ahead meets nobody
+    phases.sort(key=lambda ph: sum(used < ph[0] for _d, used in ph[1]))
+    out: list[list[tuple[int, int]]] = [[] for _ in range(world)]
+
+    def put(src, dst, n):
+        if n > 0:
+            if out[src] and out[src][-1][0] == dst:
+                out[src][-1] = (dst, out[src][-1][1] + n)
+            else:
+                out[src].append((dst, n))
+
+    for dur, sends in phases:
+        for s, (d, used) in enumerate(sends):
+            put(s, d, used)
+            fill = min(dur - used, local[s])
+            local[s] -= fill
+            put(s, s, fill)
+    for s in range(world):
+        put(s, s, local[s])
+    return out
+
+
+def _split(c: Copy, nbytes: int) -> tuple[Copy | None, Copy | None]:
+    """``c`` cut after about ``nbytes`` bytes (whole rows of a 2-D copy; a
+    destination address aligned to :data:`TENSOR_ALIGN` inside a row):
+    (head, tail), either None when the cut falls at an end."""
+    if c.rows > 1:
+        k = round(nbytes / c.row_bytes)
+        if k <= 0:
+            return None, c
+        if k >= c.rows:
+            return c, None
+        head = c._replace(rows=k)
+        tail = c._replace(src_va=c.src_va + k * c.src_stride, dst_va=c.dst_va + k * c.dst_stride,
+                          rows=c.rows - k)
+        return (head if k > 1 else _row(c.src_dev, c.dst_dev, c.src_va, c.dst_va, c.row_bytes)._replace(
+                    chan=c.chan),
+                tail if c.rows - k > 1 else _row(c.src_dev, c.dst_dev, tail.src_va, tail.dst_va,
+                                                 c.row_bytes)._replace(chan=c.chan))
+    k = _align(c.dst_va + nbytes, TENSOR_ALIGN) - c.dst_va
+    if k - nbytes > TENSOR_ALIGN // 2:
+        k -= TENSOR_ALIGN
+    if k <= 0:
+        return None, c
+    if k >= c.row_bytes:
+        return c, None
+    return (_row(c.src_dev, c.dst_dev, c.src_va, c.dst_va, k)._replace(chan=c.chan),
+            _row(c.src_dev, c.dst_dev, c.src_va + k, c.dst_va + k, c.row_bytes - k)._replace(chan=c.chan))
+
+
+def _ack_fences(copies: list[Copy], dev: int) -> frozenset[int]:
+    """Where a local copy follows a remote one: the copies to put a FENCE before.
+
+    A device's DMA takes one acknowledgement a cycle, a local beat's before a
+    remote one's (``hw.device.NetworkPort``): while it writes into its own
+    memory every cycle, the acks of its last remote beats wait, its ack queue
+    fills, the ack network holds the destination's next ack, and the
+    destination, whose ack queue serves all its sources, stops taking writes
+    from every source until the local copy ends. The FENCE lets those acks
+    drain first (a few dozen cycles)."""
+    return frozenset(i for i in range(1, len(copies))
+                     if copies[i].dst_dev == dev and copies[i - 1].dst_dev != dev)
+
+
+def _schedule(copies: list[Copy], segments: list[tuple[int, int]]) -> list[Copy]:
+    """One source's copies (merged, in destination order) in the order of its
+    ``segments`` (:func:`_segments`), cut where a segment ends inside a copy;
+    the last segment of a destination takes whatever is left of it."""
+    by_dst: dict[int, list[Copy]] = {}
+    for c in copies:
+        by_dst.setdefault(c.dst_dev, []).append(c)
+    last = {d: i for i, (d, _n) in enumerate(segments)}
+    out: list[Copy] = []
+    for i, (d, want) in enumerate(segments):
+        queue = by_dst.get(d, [])
+        if last[d] == i:
+            out += queue
+            queue.clear()
+            continue
+        while queue and want > 0:
+            c = queue[0]
+            if c.nbytes <= want + TENSOR_ALIGN // 2:
+                out.append(queue.pop(0))
+                want -= c.nbytes
+                continue
+            head, tail = _split(c, want)
+            if head is not None:
+                out.append(head)
+            if tail is None:
+                queue.pop(0)
+            else:
+                queue[0] = tail
+            break
+    for d in sorted(by_dst):           # a destination no segment names (none when traffic is exact)
+        out += by_dst[d]
+    return out
