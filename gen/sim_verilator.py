@@ -13,6 +13,8 @@ and compiled (cached under ``build/verilator/``) with one of two drivers:
 Both load programs through the host ports, run with no Python in the loop
 and print the same lines; this module only starts the simulator and reads
 back what it printed and dumped into a :class:`gen.result.RunResult`.
+``RESHARD_VERILATOR_PGO=1`` builds the C++ harness with profile-guided
+optimisation, profiled on the program it is built to run (``run_verilator``).
 """
 from __future__ import annotations
 
