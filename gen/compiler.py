@@ -17,6 +17,11 @@ Memory map of every device (the same on all, so windows line up):
 Each vLLM tensor's virtual address is chosen so that its largest local run
 lands congruent, modulo the page size, with its training bytes: that is what
 makes zero-copy remaps possible.
+
+Each device issues its copies on one DMA channel in an all-to-all order
+(:func:`_segments`): phases in which every destination's network input takes
+from one source, so the reshard runs at the busiest port's bound
+(docs/simulation.md, "A finding at scale").
 """
 from __future__ import annotations
 
@@ -91,8 +96,12 @@ class Compiled:
     def report(self, bus_bytes: int) -> list[dict]:
         out = []
         for p in self.devices:
+            # memory ports: the DMA reads every byte it copies; its local beats enter memory
+            # through one write port, other devices' beats (net_in) through another
+            # (``hw.device``), so the two are separate bounds. (An FPGA build that shares one
+            # physical write port, ``shared_write``, takes their sum: a tighter bound there.)
             reads = p.bytes_copied
-            writes = sum(c.nbytes for c in p.copies if c.dst_dev == p.device) + p.bytes_in
+            writes = sum(c.nbytes for c in p.copies if c.dst_dev == p.device)
             net_out = sum(c.nbytes for c in p.copies if c.dst_dev != p.device)
             ports = {"mem_read": reads, "mem_write": writes, "net_out": net_out, "net_in": p.bytes_in}
             out.append({"device": p.device, "descriptors": len(p.copies), "bytes_copied": p.bytes_copied,
@@ -260,19 +269,20 @@ def compile_plan(plan: Plan, arch: ArchParams | None = None, only: list[int] | N
             incoming[g] = sum(r.numel * es for r in plan.runs_into(g) if r.src != g)
     merged = {s: _merge_copies(sources[s]) for s in (range(world) if only is None else only)}
     traffic = [[0] * world for _ in range(world)]
-    for s in range(world):
-        if s in merged:
-            for c in merged[s]:
-                traffic[s][c.dst_dev] += c.nbytes
-        else:
-            # a device not compiled now: its pushes from the plan
-            for g in range(world):
-                traffic[s][g] = sum(r.numel * es for r in plan.runs_into(g) if r.src == s)
+    for s, cs in merged.items():
+        for c in cs:
+            traffic[s][c.dst_dev] += c.nbytes
+    if len(merged) < world:
+        # devices not compiled now: their pushes from the plan (remapped bytes included)
+        for g in range(world):
+            for r in plan.runs_into(g):
+                if r.src not in merged:
+                    traffic[r.src][g] += r.numel * es
     segments = _segments(traffic)
     for s in (range(world) if only is None else only):
         # the all-to-all in phases on one channel: its copies start in program order
         copies = [c._replace(chan=0) for c in _schedule(merged[s], segments[s])]
-        fences = _ack_fences(copies, s)
+        fences = _ack_fences(copies, s, world)
         ctx1 = _ctx1_pages(arch, comp, layout[s])
         prog = _emit(arch, s, world, ctx0, ctx1, copies, fences)
         words, asm = prog
@@ -357,27 +367,6 @@ def _merge_copies(copies: list[Copy]) -> list[Copy]:
     (``model.plan.coalesce``; strides stay within the 32-bit stride fields)."""
     copies = sorted(copies, key=lambda c: (c.dst_dev, c.dst_va))
     return coalesce(copies, same=_same_destination, fields=Copy.GEOMETRY, max_stride=1 << 32)
-
-
-def _balance(copies: list[Copy], channels: int, src: int = 0, world: int = 1) -> list[Copy]:
-    """Least-loaded channel first, in bytes, with channels grouped by destination.
-
-    Copies are ordered by destination; if every channel took them in that
-    order, all channels of all devices would push into device 0 first, then
-    device 1, ... and one network port would take several devices' traffic
-    at a time. Channel ch serves destinations with (dst - src) % world == ch %
-    world, so the devices push into different ports at once. Returns the
-    copies with their channels.
-    """
-    load = [0] * channels
-    out = []
-    for c in copies:
-        r = (c.dst_dev - src) % world
-        group = [ch for ch in range(channels) if ch % world == r] if world <= channels else [r % channels]
-        ch = min(group, key=load.__getitem__)
-        out.append(c._replace(chan=ch))
-        load[ch] += c.nbytes + 64    # a descriptor costs a little even when small
-    return out
 
 
 def _emit(arch: ArchParams, dev: int, world: int, ctx0, ctx1, copies: list[Copy],
@@ -504,7 +493,8 @@ def _segments(traffic: list[list[int]]) -> list[list[tuple[int, int]]]:
     Local copies use no network port (they enter memory through their own
     write port): a source fills its idle time in a phase with them, so that
     with no barrier between phases it does not run ahead into the next
-    phase; the local bytes left over go last.
+    phase; of the local bytes left over, as many as every source has go
+    first, the rest last.
     """
     world = len(traffic)
     real = [[0 if s == d else traffic[s][d] for d in range(world)] for s in range(world)]
@@ -561,8 +551,13 @@ def _segments(traffic: list[list[int]]) -> list[list[tuple[int, int]]]:
             fill = min(dur - used, local[s])
             local[s] -= fill
             put(s, s, fill)
+    # local bytes left over: what every source has goes first (they all start the
+    # phases equally late, and no local copy follows a remote one: no FENCE), the rest last
+    first = min(local, default=0)
     for s in range(world):
-        put(s, s, local[s])
+        if first:
+            out[s].insert(0, (s, first))
+        put(s, s, local[s] - first)
     return out
 
 
@@ -594,7 +589,7 @@ def _split(c: Copy, nbytes: int) -> tuple[Copy | None, Copy | None]:
             _row(c.src_dev, c.dst_dev, c.src_va + k, c.dst_va + k, c.row_bytes - k)._replace(chan=c.chan))
 
 
-def _ack_fences(copies: list[Copy], dev: int) -> frozenset[int]:
+def _ack_fences(copies: list[Copy], dev: int, world: int) -> frozenset[int]:
     """Where a local copy follows a remote one: the copies to put a FENCE before.
 
     A device's DMA takes one acknowledgement a cycle, a local beat's before a
@@ -603,7 +598,10 @@ def _ack_fences(copies: list[Copy], dev: int) -> frozenset[int]:
     fills, the ack network holds the destination's next ack, and the
     destination, whose ack queue serves all its sources, stops taking writes
     from every source until the local copy ends. The FENCE lets those acks
-    drain first (a few dozen cycles)."""
+    drain first (a few dozen cycles). With two devices the destination has no
+    other source to hold up: no FENCE."""
+    if world <= 2:
+        return frozenset()
     return frozenset(i for i in range(1, len(copies))
                      if copies[i].dst_dev == dev and copies[i - 1].dst_dev != dev)
 
