@@ -13,7 +13,7 @@ from gen.cli import main as cli_main
 from gen.hexfile import read_hex
 from hw.isa import FORMATS, ISA_VERSION, SUPPORTED_VERSIONS, WORD_BITS, Op, decode, encode
 from model.errors import InputError
-from tests.programs import any_words, valid_words
+from verif.programs import any_words, valid_words
 
 REPO = Path(__file__).resolve().parents[1]
 

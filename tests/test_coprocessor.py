@@ -17,7 +17,7 @@ from hw.coprocessor import INSTRUCTION_LAYOUTS, Coprocessor, StatusCode, instruc
 from hw.isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status,
                     encode, reserved_mask)
 from hw.system import System
-from tests.programs import systems
+from verif.programs import systems
 from gen.simkit import compare_with_golden, racy_copies, run_simulation
 
 PG = 256

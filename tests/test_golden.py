@@ -16,7 +16,7 @@ from hw.isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Ca
                     decode, encode, reserved_mask)
 from model.golden import GoldenSystem, TranslationError
 from tests import fpref
-from tests.programs import SystemCase, systems
+from verif.programs import SystemCase, systems
 
 PG = 4096
 ARCH = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=(PG, 4 * PG, 8 * PG, 16 * PG),

@@ -17,7 +17,7 @@ from gen.sim_amaranth import run_system
 from gen.sim_verilator import run_programs
 from hw.isa import ArchParams
 from model.errors import InputError
-from tests.programs import systems
+from verif.programs import systems
 
 pytestmark = pytest.mark.slow
 

@@ -306,3 +306,24 @@ def any_words():
         lambda t: t[0] ^ (1 << t[1]))
     return st.one_of(valid_words(), flipped, st.integers(0, (1 << WORD_BITS) - 1),
                      st.integers(0, 255))
+
+
+def draw_cases(strategy, seed: int, n: int) -> list:
+    """``n`` examples of ``strategy`` for a seed, outside a test (a UVM sequence's stimulus).
+
+    Hypothesis starts from its simplest examples and repeats some: the last ``n``
+    distinct ones of ``8 n`` drawn, reproducible from the seed."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as with_seed
+    out: list = []
+
+    @with_seed(seed)
+    @settings(max_examples=8 * n, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(case):
+        out.append(case)
+
+    collect()
+    distinct = {repr(getattr(c, "programs", c)): c for c in out}
+    return list(distinct.values())[-n:]

@@ -1,0 +1,243 @@
+"""The pyuvm tests: a compiled reshard replayed, the register map swept, constrained-random programs.
+
+Each test gets its configuration (compiled directory, seed, record path) from
+the JSON file ``$RESHARD_UVM_CONFIG`` names, runs, and writes a record (result,
+cycles, message, coverage) that :mod:`verif.runner` collects. A failure names
+its first difference.
+"""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles
+from pyuvm import ConfigDB, uvm_test
+
+from verif import coverage
+from verif.env import ReshardEnv
+from verif.sequences import FaultDrainSeq, MemReadSeq, ProgramLoadSeq, RegisterSweepSeq, RunSeq
+
+TESTS = ("reshard_replay", "register_sweep", "random_programs")
+
+
+def config() -> dict:
+    return json.loads(open(os.environ["RESHARD_UVM_CONFIG"]).read())
+
+
+def backdoor_load(dut, device: int, image: bytes, word_bytes: int) -> None:
+    """Write a memory image straight into the SRAM model (the UVM backdoor), skipping zero words."""
+    mem = getattr(dut, f"dev{device}").mem.bank0.mem
+    words = np.frombuffer(image, dtype=np.uint8).reshape(-1, word_bytes)
+    for i in np.flatnonzero(words.any(axis=1)):
+        mem[int(i)].value = int.from_bytes(words[i].tobytes(), "little")
+
+
+def backdoor_read(dut, device: int, nbytes: int, word_bytes: int) -> bytes:
+    mem = getattr(dut, f"dev{device}").mem.bank0.mem
+    return b"".join(int(mem[i].value).to_bytes(word_bytes, "little") for i in range(nbytes // word_bytes))
+
+
+class BaseTest(uvm_test):
+    """Common: configuration into the ConfigDB, the environment, the record at the end."""
+    expected: list | None = None
+
+    def build_phase(self):
+        self.cfg = config()
+        self.dut = cocotb.top
+        self.arch, self.bus_bits = self.setup()
+        ConfigDB().set(None, "*", "devices", self.arch.devices)
+        ConfigDB().set(None, "*", "bus_bits", self.bus_bits)
+        ConfigDB().set(None, "*", "expected", self.expected)
+        self.env = ReshardEnv("env", self)
+        self.message, self.cycles = "", 0
+
+    def setup(self):
+        raise NotImplementedError
+
+    async def body(self):
+        raise NotImplementedError
+
+    async def run_phase(self):
+        self.raise_objection()
+        try:
+            self.env.driver.set_backpressure(self.cfg["seed"] % 2 == 1)
+            await self.body()
+            sb = self.env.scoreboard
+            if sb and sb.first_error:
+                raise AssertionError(sb.first_error)
+            self.result = "pass"
+        except Exception as e:          # recorded, then reported to cocotb as the failure
+            self.result, self.message = "fail", f"{type(e).__name__}: {e}"
+            self.logger.error(traceback.format_exc())
+        self.drop_objection()
+
+    def report_phase(self):
+        rec = {"result": self.result, "cycles": self.cycles, "message": self.message,
+               "coverage": coverage.snapshot()}
+        open(self.cfg["record"], "w").write(json.dumps(rec))
+        assert self.result == "pass", self.message
+
+
+class ReshardReplayTest(BaseTest):
+    """A compiled reshard: memories by backdoor, programs and the run through the host ports,
+    every write beat predicted by the golden model, the end state compared in full."""
+
+    def setup(self):
+        from gen.artifacts import load_compiled
+        from gen.result import run_golden
+        self.loaded = load_compiled(self.cfg["compiled"])
+        arch, bus_bits = self.loaded.arch, self.loaded.manifest["bus_bits"]
+        self.golden = run_golden(arch, self.loaded.programs, [m.copy() for m in self.loaded.memories])
+        self.expected = [bytes(m) for m in self.golden.memories]
+        if os.environ.get("RESHARD_UVM_CORRUPT_EXPECTED"):
+            # a deliberately wrong prediction (tests/test_uvm.py): the first byte the reshard changes
+            init = bytes(self.loaded.memories[1])
+            i = next(i for i, (a, b) in enumerate(zip(init, self.expected[1])) if a != b)
+            self.expected[1] = self.expected[1][:i] + bytes([self.expected[1][i] ^ 0x5A]) + self.expected[1][i + 1:]
+        return arch, bus_bits
+
+    async def body(self):
+        wb = self.bus_bits // 8
+        for d, image in enumerate(self.loaded.memories):
+            backdoor_load(self.dut, d, bytes(image), wb)
+        seqr = self.env.seqr
+        for d, words in enumerate(self.loaded.programs):
+            await ProgramLoadSeq("load", d, list(words), wb).start(seqr)
+        run = RunSeq("run", self.arch.devices)
+        await run.start(seqr)
+        self.cycles = max(s["cycles"] for s in run.status)
+        for d, st in enumerate(run.status):
+            coverage.sample_ending(_ending(st))
+            if st["status"] != 2:
+                raise AssertionError(f"device {d} ended with STATUS {st}, the golden model {self.golden.status[d]}")
+            if st["descriptors"] != self.golden.descriptors[d]:
+                raise AssertionError(f"device {d}: DESCRIPTORS {st['descriptors']}, golden {self.golden.descriptors[d]}")
+        await ClockCycles(self.dut.clk, 2)
+        for d in range(self.arch.devices):
+            got = backdoor_read(self.dut, d, len(self.expected[d]), wb)
+            if got != self.expected[d]:
+                i = next(i for i in range(len(got)) if got[i] != self.expected[d][i])
+                raise AssertionError(f"device {d} memory byte {i:#x}: {got[i]:#04x}, golden {self.expected[d][i]:#04x}")
+            # the front door agrees with the back door on the first words written
+            sample = MemReadSeq("peek", d, list(range(4)), wb)
+            await sample.start(self.env.seqr)
+            for w, data in sample.data.items():
+                if data != self.expected[d][w * wb:(w + 1) * wb]:
+                    raise AssertionError(f"device {d} MEM_RDATA of word {w}: {data.hex()}, golden "
+                                         f"{self.expected[d][w * wb:(w + 1) * wb].hex()}")
+        if self.env.scoreboard.checked == 0:
+            raise AssertionError("the scoreboard saw no write beat")
+
+
+async def _read_pc(seqr, d):
+    from verif.sequences import HostSeq
+
+    class _Pc(HostSeq):
+        async def body(self):
+            self.pc = (await self.reg_read(d, "PC")).rdata
+    seq = _Pc("pc")
+    await seq.start(seqr)
+    return seq.pc
+
+
+def _ending(st: dict) -> str:
+    from hw.isa import Cause, Status
+    return f"{Status(st['status']).name}/{Cause(st['cause']).name}"
+
+
+class RegisterSweepTest(BaseTest):
+    """Every register read and written with full and partial strobes; responses as the map says."""
+
+    def setup(self):
+        from hw.isa import ArchParams
+        return ArchParams(**self.cfg["arch"]) if "arch" in self.cfg else ArchParams(), self.cfg["bus_bits"]
+
+    async def body(self):
+        from hw.hostport import MAGIC
+        for d in range(self.arch.devices):
+            sweep = RegisterSweepSeq("sweep", d)
+            await sweep.start(self.env.seqr)
+            for txn, want in sweep.log:
+                if want is not None and txn.resp != want:
+                    raise AssertionError(f"device {d}: {txn.convert2string()}, expected response {want}")
+            reads = {t.reg: t.rdata for t, _ in sweep.log if not t.write}
+            checks = {"ID": MAGIC, "DEVICE": d, "P_DEVICES": self.arch.devices, "P_BUS_BITS": self.bus_bits,
+                      "P_CHANNELS": self.arch.channels, "P_TLB_ENTRIES": self.arch.tlb_entries}
+            for reg, want in checks.items():
+                if reads[reg] != want:
+                    raise AssertionError(f"device {d}: {reg} read {reads[reg]:#x}, expected {want:#x}")
+
+
+class RandomProgramsTest(BaseTest):
+    """Constrained-random programs (verif.programs, the hypothesis tests' distribution) on this
+    architecture; status, cause, PC, fault records and memories against the golden model."""
+
+    def setup(self):
+        from hw.isa import ArchParams
+        return ArchParams.from_json(self.cfg["arch"]), self.cfg["bus_bits"]
+
+    async def body(self):
+        from gen.result import run_golden
+        from hw.isa import Cause
+        from verif.programs import draw_cases, systems
+        wb = self.bus_bits // 8
+        cases = draw_cases(systems(arch=self.arch, max_body=12, illegal_rate=0.05), self.cfg["seed"],
+                           self.cfg.get("cases", 4))
+        loaded_len = [0] * self.arch.devices
+        for k, case in enumerate(cases):
+            if self.cfg.get("only_case") is not None and k != self.cfg["only_case"]:
+                continue
+            self.dut.rst.value = 1
+            await ClockCycles(self.dut.clk, 3)
+            self.dut.rst.value = 0
+            await ClockCycles(self.dut.clk, 2)
+            gold = run_golden(self.arch, case.programs, [np.frombuffer(m, np.uint8).copy() for m in case.memories])
+            for d in range(self.arch.devices):
+                backdoor_load(self.dut, d, case.memories[d], wb)
+                # the golden model's instruction memory is the program then zeros: overwrite what the
+                # previous case left beyond this program (reset clears no memory)
+                words = list(case.programs[d]) + [0] * max(0, loaded_len[d] - len(case.programs[d]))
+                loaded_len[d] = len(case.programs[d])
+                await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
+            run = RunSeq("run", self.arch.devices)
+            await run.start(self.env.seqr)
+            self.cycles += max(s["cycles"] for s in run.status)
+            for d, st in enumerate(run.status):
+                got = _ending(st)
+                want = f"{gold.status[d]}/{gold.cause[d]}"
+                coverage.sample_ending(got)
+                if got != want:
+                    imem = getattr(self.dut, f"dev{d}").cop.fetch.imem
+                    pc = await _read_pc(self.env.seqr, d)
+                    raise AssertionError(f"case {k} device {d}: ended {got} at PC {pc} (word there "
+                                         f"{int(imem[pc].value):#x}), the golden model {want} at PC {gold.pc[d]}")
+                drain = FaultDrainSeq("faults", d)
+                await drain.start(self.env.seqr)
+                want_f = sorted((f["channel"], f["ctx"], f["cause"], f["va"]) for f in gold.faults if f["device"] == d)
+                got_f = sorted((ch, ctx, Cause(c).name, va) for ch, ctx, c, va in drain.faults)
+                if not st["fault_overflow"] and got_f != want_f:
+                    raise AssertionError(f"case {k} device {d}: fault records {got_f}, golden {want_f}")
+                mem = backdoor_read(self.dut, d, self.arch.mem_bytes, wb)
+                if mem != bytes(gold.memories[d]):
+                    i = next(i for i in range(len(mem)) if mem[i] != gold.memories[d][i])
+                    raise AssertionError(f"case {k} device {d}: memory byte {i:#x} is {mem[i]:#04x}, "
+                                         f"golden {int(gold.memories[d][i]):#04x}")
+
+
+async def run(dut) -> None:
+    """The cocotb entry: clock, reset, then the pyuvm test the configuration names."""
+    from cocotb.clock import Clock
+    from pyuvm import uvm_root
+    name = config()["test"]
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.step_mode.value = 0
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 2)
+    cls = {"reshard_replay": ReshardReplayTest, "register_sweep": RegisterSweepTest,
+           "random_programs": RandomProgramsTest}[name]
+    await uvm_root().run_test(cls)
