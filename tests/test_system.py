@@ -123,11 +123,11 @@ def test_vcd_written(tmp_path):
     assert len(data) > 10_000 and b"$enddefinitions" in data and b"cop" in data
 
 
-def _simulate(tmp_path, train, rollout="vllm:tp=2"):
-    """What ``python -m gen sim --engine amaranth --json`` prints, and its exit status."""
+def _simulate(tmp_path, train, rollout="vllm:tp=2", engine="amaranth"):
+    """What ``python -m gen sim --engine ENGINE --json`` prints, and its exit status."""
     from gen.api import CompileOptions, SimOptions, simulate
     out = simulate(SimOptions(CompileOptions(model="tiny-qwen2", train=train, rollout=rollout),
-                              engine="amaranth", out=tmp_path / "prog"))
+                              engine=engine, out=tmp_path / "prog"))
     return (0 if out["verified"] else 1), json.loads(json.dumps(out))
 
 
@@ -154,10 +154,12 @@ def test_tiny_qwen2_fsdp2_dp4_reshard_on_rtl(tmp_path):
     """Four devices: the compiler's phases keep every destination's network
     input to one source, so what is left above the bound is descriptor starts
     and pipeline fill (0.9 %); with the copies in destination order it was 4.4 %,
-    without the FENCE between remote and local copies 23 % (docs/simulation.md)."""
+    without the FENCE between remote and local copies 23 % (docs/simulation.md).
+    On the emitted Verilog (cycle for cycle the Amaranth simulation, tests/test_verilator.py):
+    the Amaranth simulator took five minutes of the suite for it."""
     from gen.api import CompileOptions, compile_reshard
     from tests.test_schedule import _bound_bytes
-    rc, out = _simulate(tmp_path, "fsdp2:dp=4")
+    rc, out = _simulate(tmp_path, "fsdp2:dp=4", engine="verilator")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["status"] == ["HALTED"] * 4
     comp = compile_reshard(CompileOptions(model="tiny-qwen2", train="fsdp2:dp=4", images=False))

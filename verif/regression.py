@@ -18,8 +18,8 @@ from verif.runner import build, run_tests
 from verif.tests import TESTS
 
 #: the short regression pytest runs; the long one adds seeds
-SHORT = (("reshard_replay", 1), ("reshard_replay", 2), ("register_sweep", 1), ("random_programs", 1),
-         ("random_programs", 2))
+SHORT = (("reshard_replay", 1), ("reshard_replay", 2), ("register_sweep", 1), ("collective_replay", 1),
+         ("random_programs", 1), ("random_programs", 2), ("random_programs", 3), ("random_programs", 4))
 LONG_RANDOM_SEEDS = 12
 
 
@@ -39,7 +39,7 @@ def plan(opts: UvmOptions) -> list[tuple[str, int]]:
         return [(opts.test, opts.seed)]
     tests = list(SHORT)
     if opts.regression:
-        tests += [("random_programs", s) for s in range(3, 3 + LONG_RANDOM_SEEDS)]
+        tests += [("random_programs", s) for s in range(5, 5 + LONG_RANDOM_SEEDS)]
     return tests
 
 

@@ -13,14 +13,14 @@ import traceback
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 from pyuvm import ConfigDB, uvm_test
 
 from verif import coverage
 from verif.env import ReshardEnv
 from verif.sequences import FaultDrainSeq, MemReadSeq, ProgramLoadSeq, RegisterSweepSeq, RunSeq
 
-TESTS = ("reshard_replay", "register_sweep", "random_programs")
+TESTS = ("reshard_replay", "register_sweep", "random_programs", "collective_replay")
 
 
 def config() -> dict:
@@ -108,6 +108,7 @@ class ReshardReplayTest(BaseTest):
             await ProgramLoadSeq("load", d, list(words), wb).start(seqr)
         run = RunSeq("run", self.arch.devices)
         await run.start(seqr)
+        await settle(self.dut)
         self.cycles = max(s["cycles"] for s in run.status)
         for d, st in enumerate(run.status):
             coverage.sample_ending(_ending(st))
@@ -130,6 +131,70 @@ class ReshardReplayTest(BaseTest):
                                          f"{self.expected[d][w * wb:(w + 1) * wb].hex()}")
         if self.env.scoreboard.checked == 0:
             raise AssertionError("the scoreboard saw no write beat")
+
+
+class CollectiveReplayTest(BaseTest):
+    """Ring all-reduces (fp32 and bf16, reduce-on-write COPY_ADD) from the collective compiler on
+    random data; status and memories against the golden model (a reduction writes a byte more
+    than once, so the end state, not each beat, is predicted)."""
+
+    def setup(self):
+        from hw.isa import ArchParams
+        return ArchParams.from_json(self.cfg["arch"]), self.cfg["bus_bits"]
+
+    async def body(self):
+        from gen.coll_programs import generate
+        from gen.coll_run import ADD_OPS, ELEM_BYTES, _layout
+        from gen.result import run_golden
+        wb = self.bus_bits // 8
+        rng = np.random.default_rng(self.cfg["seed"])
+        loaded_len = [0] * self.arch.devices
+        for k, dtype in enumerate(("float32", "bfloat16")):
+            es = ELEM_BYTES[dtype]
+            nbytes = 2048 * self.arch.devices
+            lay = _layout("all_reduce", self.arch.devices, nbytes, es)
+            progs = generate(self.arch, list(range(self.arch.devices)), lay, "ring", ADD_OPS[dtype])
+            mems = []
+            for _ in range(self.arch.devices):
+                m = np.zeros(self.arch.mem_bytes, np.uint8)
+                vals = rng.standard_normal(nbytes // es).astype(np.float32)
+                m[:nbytes] = (vals.view(np.uint8) if es == 4
+                              else (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
+                mems.append(m)
+            gold = run_golden(self.arch, progs.words, [m.copy() for m in mems])
+            self.dut.rst.value = 1
+            await ClockCycles(self.dut.clk, 3)
+            self.dut.rst.value = 0
+            await ClockCycles(self.dut.clk, 2)
+            for d in range(self.arch.devices):
+                backdoor_load(self.dut, d, mems[d].tobytes(), wb)
+                words = list(progs.words[d]) + [0] * max(0, loaded_len[d] - len(progs.words[d]))
+                loaded_len[d] = len(progs.words[d])
+                await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
+            run = RunSeq("run", self.arch.devices)
+            await run.start(self.env.seqr)
+            await settle(self.dut)
+            self.cycles += max(s["cycles"] for s in run.status)
+            for d, st in enumerate(run.status):
+                coverage.sample_ending(_ending(st))
+                if _ending(st) != f"{gold.status[d]}/{gold.cause[d]}":
+                    raise AssertionError(f"{dtype} all-reduce device {d}: ended {_ending(st)}, golden "
+                                         f"{gold.status[d]}/{gold.cause[d]}")
+                mem = backdoor_read(self.dut, d, self.arch.mem_bytes, wb)
+                if mem != bytes(gold.memories[d]):
+                    i = next(i for i in range(len(mem)) if mem[i] != gold.memories[d][i])
+                    raise AssertionError(f"{dtype} all-reduce device {d}: byte {i:#x} is {mem[i]:#04x}, "
+                                         f"golden {int(gold.memories[d][i]):#04x}")
+
+
+async def settle(dut, limit: int = 100_000) -> None:
+    """Wait until every device has stopped and every copy and message has landed (``done``):
+    a stopped sequencer can still have copies in flight."""
+    for _ in range(limit):
+        if int(dut.done.value):
+            return
+        await RisingEdge(dut.clk)
+    raise AssertionError(f"the system was not done {limit} cycles after every device stopped")
 
 
 async def _read_pc(seqr, d):
@@ -186,7 +251,14 @@ class RandomProgramsTest(BaseTest):
         wb = self.bus_bits // 8
         cases = draw_cases(systems(arch=self.arch, max_body=12, illegal_rate=0.05), self.cfg["seed"],
                            self.cfg.get("cases", 4))
+        # the drawn stimulus beside the record, so a failing case can be rerun anywhere
+        np.savez_compressed("cases.npz", **{f"c{k}_mem{d}": np.frombuffer(m, np.uint8)
+                                            for k, c in enumerate(cases) for d, m in enumerate(c.memories)})
+        json.dump([[[f"{w:x}" for w in p] for p in c.programs] for c in cases], open("cases.json", "w"))
         loaded_len = [0] * self.arch.devices
+        # random programs may race (two devices writing one byte); lock-step mode runs them in the
+        # golden model's schedule exactly (hw/system.py), as the RTL hypothesis tests do
+        self.dut.step_mode.value = 1
         for k, case in enumerate(cases):
             if self.cfg.get("only_case") is not None and k != self.cfg["only_case"]:
                 continue
@@ -204,6 +276,7 @@ class RandomProgramsTest(BaseTest):
                 await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
             run = RunSeq("run", self.arch.devices)
             await run.start(self.env.seqr)
+            await settle(self.dut)
             self.cycles += max(s["cycles"] for s in run.status)
             for d, st in enumerate(run.status):
                 got = _ending(st)
@@ -239,5 +312,5 @@ async def run(dut) -> None:
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
     cls = {"reshard_replay": ReshardReplayTest, "register_sweep": RegisterSweepTest,
-           "random_programs": RandomProgramsTest}[name]
+           "random_programs": RandomProgramsTest, "collective_replay": CollectiveReplayTest}[name]
     await uvm_root().run_test(cls)
