@@ -20,7 +20,7 @@ from verif import coverage
 from verif.env import ReshardEnv
 from verif.sequences import FaultDrainSeq, MemReadSeq, ProgramLoadSeq, RegisterSweepSeq, RunSeq
 
-TESTS = ("reshard_replay", "register_sweep", "random_programs", "collective_replay")
+TESTS = ("reshard_replay", "register_sweep", "random_programs", "collective_replay", "directed_faults")
 
 
 def config() -> dict:
@@ -244,13 +244,16 @@ class RandomProgramsTest(BaseTest):
         from hw.isa import ArchParams
         return ArchParams.from_json(self.cfg["arch"]), self.cfg["bus_bits"]
 
+    def cases(self) -> list:
+        from verif.programs import draw_cases, systems
+        return draw_cases(systems(arch=self.arch, max_body=12, illegal_rate=0.05), self.cfg["seed"],
+                          self.cfg.get("cases", 4))
+
     async def body(self):
         from gen.result import run_golden
         from hw.isa import Cause
-        from verif.programs import draw_cases, systems
         wb = self.bus_bits // 8
-        cases = draw_cases(systems(arch=self.arch, max_body=12, illegal_rate=0.05), self.cfg["seed"],
-                           self.cfg.get("cases", 4))
+        cases = self.cases()
         # the drawn stimulus beside the record, so a failing case can be rerun anywhere
         np.savez_compressed("cases.npz", **{f"c{k}_mem{d}": np.frombuffer(m, np.uint8)
                                             for k, c in enumerate(cases) for d, m in enumerate(c.memories)})
@@ -300,6 +303,35 @@ class RandomProgramsTest(BaseTest):
                                          f"golden {int(gold.memories[d][i]):#04x}")
 
 
+class DirectedFaultsTest(RandomProgramsTest):
+    """Directed programs for what random ones rarely reach: each translation fault the random
+    programs seldom end with (a copy from a write-only page, into a read-only page, from a page
+    mapped past the end of memory) and staged REMAPs of the larger page sizes in both contexts."""
+
+    def cases(self) -> list:
+        from hw.isa import ISA_VERSION, PERM_R, PERM_W, Op, encode
+        from verif.programs import SystemCase
+        a, page = self.arch, self.arch.page_sizes[0]
+        big = self.arch.page_sizes[3]
+        staged = [encode(Op.REMAP, ctx=c, size=sz, perm=PERM_R, staged=1, dev=0, va=(4 + k) * big, pa=0)
+                  for k, (sz, c) in enumerate(((1, 1), (3, 0), (3, 1)))]
+
+        def program(src_perm, dst_perm, src_pa):
+            return [encode(Op.VERSION, version=ISA_VERSION),
+                    encode(Op.REMAP, ctx=0, size=0, perm=src_perm, dev=0, va=0x10 * page, pa=src_pa),
+                    encode(Op.REMAP, ctx=0, size=0, perm=dst_perm, dev=0, va=0x20 * page, pa=2 * page),
+                    *staged,
+                    encode(Op.COPY, chan=0, ctx=0, src=0x10 * page, dst=0x20 * page, row_bytes=64, rows=1),
+                    encode(Op.FENCE, mask=0), encode(Op.HALT)]
+        idle = [encode(Op.VERSION, version=ISA_VERSION), encode(Op.HALT)]
+        rw = PERM_R | PERM_W
+        progs = [program(PERM_W, rw, page),              # NO_READ
+                 program(rw, PERM_R, page),              # NO_WRITE
+                 program(rw, rw, a.mem_bytes + page)]    # OUT_OF_RANGE
+        mem = bytes(range(256)) * (a.mem_bytes // 256)
+        return [SystemCase(a, [p, idle], [mem, mem]) for p in progs]
+
+
 async def run(dut) -> None:
     """The cocotb entry: clock, reset, then the pyuvm test the configuration names."""
     from cocotb.clock import Clock
@@ -312,5 +344,6 @@ async def run(dut) -> None:
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
     cls = {"reshard_replay": ReshardReplayTest, "register_sweep": RegisterSweepTest,
-           "random_programs": RandomProgramsTest, "collective_replay": CollectiveReplayTest}[name]
+           "random_programs": RandomProgramsTest, "collective_replay": CollectiveReplayTest,
+           "directed_faults": DirectedFaultsTest}[name]
     await uvm_root().run_test(cls)
