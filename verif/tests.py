@@ -74,6 +74,26 @@ class BaseTest(uvm_test):
             self.logger.error(traceback.format_exc())
         self.drop_objection()
 
+    async def run_case(self, programs, memories, loaded_len: list[int]) -> list[dict]:
+        """Reset, memories by backdoor, programs through the host ports (each padded with zeros over
+        what the previous case left: the golden model's instruction memory is the program then
+        zeros, and reset clears no memory), run, wait until done; each device's STATUS record."""
+        wb = self.bus_bits // 8
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 3)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+        for d in range(self.arch.devices):
+            backdoor_load(self.dut, d, bytes(memories[d]), wb)
+            words = list(programs[d]) + [0] * max(0, loaded_len[d] - len(programs[d]))
+            loaded_len[d] = len(programs[d])
+            await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
+        run = RunSeq("run", self.arch.devices)
+        await run.start(self.env.seqr)
+        await settle(self.dut)
+        self.cycles += max(st["cycles"] for st in run.status)
+        return run.status
+
     def report_phase(self):
         rec = {"result": self.result, "cycles": self.cycles, "message": self.message,
                "coverage": coverage.snapshot()}
@@ -162,20 +182,8 @@ class CollectiveReplayTest(BaseTest):
                               else (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
                 mems.append(m)
             gold = run_golden(self.arch, progs.words, [m.copy() for m in mems])
-            self.dut.rst.value = 1
-            await ClockCycles(self.dut.clk, 3)
-            self.dut.rst.value = 0
-            await ClockCycles(self.dut.clk, 2)
-            for d in range(self.arch.devices):
-                backdoor_load(self.dut, d, mems[d].tobytes(), wb)
-                words = list(progs.words[d]) + [0] * max(0, loaded_len[d] - len(progs.words[d]))
-                loaded_len[d] = len(progs.words[d])
-                await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
-            run = RunSeq("run", self.arch.devices)
-            await run.start(self.env.seqr)
-            await settle(self.dut)
-            self.cycles += max(s["cycles"] for s in run.status)
-            for d, st in enumerate(run.status):
+            status = await self.run_case(progs.words, mems, loaded_len)
+            for d, st in enumerate(status):
                 coverage.sample_ending(_ending(st))
                 if _ending(st) != f"{gold.status[d]}/{gold.cause[d]}":
                     raise AssertionError(f"{dtype} all-reduce device {d}: ended {_ending(st)}, golden "
@@ -265,23 +273,9 @@ class RandomProgramsTest(BaseTest):
         for k, case in enumerate(cases):
             if self.cfg.get("only_case") is not None and k != self.cfg["only_case"]:
                 continue
-            self.dut.rst.value = 1
-            await ClockCycles(self.dut.clk, 3)
-            self.dut.rst.value = 0
-            await ClockCycles(self.dut.clk, 2)
             gold = run_golden(self.arch, case.programs, [np.frombuffer(m, np.uint8).copy() for m in case.memories])
-            for d in range(self.arch.devices):
-                backdoor_load(self.dut, d, case.memories[d], wb)
-                # the golden model's instruction memory is the program then zeros: overwrite what the
-                # previous case left beyond this program (reset clears no memory)
-                words = list(case.programs[d]) + [0] * max(0, loaded_len[d] - len(case.programs[d]))
-                loaded_len[d] = len(case.programs[d])
-                await ProgramLoadSeq("load", d, words, wb).start(self.env.seqr)
-            run = RunSeq("run", self.arch.devices)
-            await run.start(self.env.seqr)
-            await settle(self.dut)
-            self.cycles += max(s["cycles"] for s in run.status)
-            for d, st in enumerate(run.status):
+            status = await self.run_case(case.programs, case.memories, loaded_len)
+            for d, st in enumerate(status):
                 got = _ending(st)
                 want = f"{gold.status[d]}/{gold.cause[d]}"
                 coverage.sample_ending(got)
