@@ -28,7 +28,7 @@ def test_short_regression_passes(short):
     assert short["failed"] == 0, [t for t in short["tests"] if t["result"] != "pass"]
     assert [(t["name"], t["seed"]) for t in short["tests"]] == list(SHORT)
     assert all(t["cycles"] > 0 for t in short["tests"] if t["name"] != "register_sweep")
-    assert short["coverage_percent"] >= 95.0, short["uncovered"]
+    assert short["coverage_percent"] >= 90.0, short["uncovered"]
     assert not [b for b in short["uncovered"] if b.startswith(("insn.op", "host.", "axi."))], short["uncovered"]
 
 

@@ -300,7 +300,8 @@ class RandomProgramsTest(BaseTest):
 class DirectedFaultsTest(RandomProgramsTest):
     """Directed programs for what random ones rarely reach: each translation fault the random
     programs seldom end with (a copy from a write-only page, into a read-only page, from a page
-    mapped past the end of memory) and staged REMAPs of the larger page sizes in both contexts."""
+    mapped past the end of memory), staged REMAPs of the larger page sizes in both contexts and
+    an INVAL of one of them."""
 
     def cases(self) -> list:
         from hw.isa import ISA_VERSION, PERM_R, PERM_W, Op, encode
@@ -314,7 +315,7 @@ class DirectedFaultsTest(RandomProgramsTest):
             return [encode(Op.VERSION, version=ISA_VERSION),
                     encode(Op.REMAP, ctx=0, size=0, perm=src_perm, dev=0, va=0x10 * page, pa=src_pa),
                     encode(Op.REMAP, ctx=0, size=0, perm=dst_perm, dev=0, va=0x20 * page, pa=2 * page),
-                    *staged,
+                    *staged, encode(Op.INVAL, ctx=1, size=3, staged=1, va=5 * big),
                     encode(Op.COPY, chan=0, ctx=0, src=0x10 * page, dst=0x20 * page, row_bytes=64, rows=1),
                     encode(Op.FENCE, mask=0), encode(Op.HALT)]
         idle = [encode(Op.VERSION, version=ISA_VERSION), encode(Op.HALT)]
