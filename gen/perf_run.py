@@ -7,7 +7,7 @@ report and the tests call the same functions.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from model.errors import InputError
@@ -110,7 +110,6 @@ class Sweep:
     chips: tuple[str, ...] = ("a100-80gb-sxm", "h100-sxm", "h200-sxm")
     models: tuple[str, ...] = ("qwen2.5-7b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-72b")
     sync_models: tuple[str, ...] = ("qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-72b")
-    extra: dict = field(default_factory=dict)
 
 
 def parallel_for(model: str) -> tuple[str, str]:

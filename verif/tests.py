@@ -72,6 +72,9 @@ class BaseTest(uvm_test):
         except Exception as e:          # recorded, then reported to cocotb as the failure
             self.result, self.message = "fail", f"{type(e).__name__}: {e}"
             self.logger.error(traceback.format_exc())
+            sb = self.env.scoreboard
+            if sb and sb.first_error:   # the scoreboard saw it first, beat by beat: its message names it
+                self.message = f"AssertionError: {sb.first_error}"
         self.drop_objection()
 
     async def run_case(self, programs, memories, loaded_len: list[int]) -> list[dict]:
