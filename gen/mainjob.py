@@ -55,6 +55,10 @@ class _Steps:
     def flush(self) -> None:
         self._out.flush()
 
+    def __getattr__(self, name):
+        # fileno, isatty, encoding...: whatever else a writer asks of stdout is the terminal's
+        return getattr(self._out, name)
+
     def close(self) -> None:
         sys.stdout = self._out
 
