@@ -70,11 +70,17 @@ def reshard_features(r: Reshard, out: Path):
     return features_from_report(report, r.bus_bits // 8, loaded.arch.channels), loaded
 
 
+def collective_arch(c: Collective):
+    """The architecture a collective runs on: the command's small one, or larger when the buffer needs it."""
+    from gen.coll_run import _layout, _need
+    from gen.collectives import SMALL_ARCH_MEM, arch_for
+    return arch_for(c.devices, max(SMALL_ARCH_MEM, _need(_layout(c.op, c.devices, c.nbytes, 4))))
+
+
 def collective_features(c: Collective, channels: int = 4) -> Features:
     from gen.coll_programs import generate, port_bytes
-    from gen.coll_run import ADD_OPS, _layout, _need
-    from gen.collectives import SMALL_ARCH_MEM, arch_for
-    arch = arch_for(c.devices, max(SMALL_ARCH_MEM, _need(_layout(c.op, c.devices, c.nbytes, 4))))
+    from gen.coll_run import ADD_OPS, _layout
+    arch = collective_arch(c)
     lay = _layout(c.op, c.devices, c.nbytes, 4)
     progs = generate(arch, list(range(c.devices)), lay, "ring", ADD_OPS["float32"])
     ports = port_bytes(progs.transfers, arch.devices)
@@ -86,13 +92,14 @@ def measure(case, engine: str = "verilator") -> tuple[str, Features, int]:
     """Run one case on the RTL: (name, features, measured cycles)."""
     if isinstance(case, Collective):
         from gen.coll_run import run_synthetic
-        from gen.collectives import SMALL_ARCH_MEM, arch_for
-        from gen.coll_run import _layout, _need
-        arch = arch_for(case.devices, max(SMALL_ARCH_MEM, _need(_layout(case.op, case.devices, case.nbytes, 4))))
-        oc = run_synthetic(case.op, case.devices, "ring", engine, case.bus_bits, arch=arch, nbytes=case.nbytes)
+        oc = run_synthetic(case.op, case.devices, "ring", engine, case.bus_bits, arch=collective_arch(case),
+                           nbytes=case.nbytes)
         if not oc.verified:
             raise RuntimeError(f"{case.name}: not verified on {engine}: {oc.problems}")
-        return case.name, collective_features(case), oc.cycles
+        feats = collective_features(case)
+        if feats.beats != oc.lower_bound_cycles:      # the prediction's bound is the run's bound
+            raise RuntimeError(f"{case.name}: predicted bound {feats.beats}, the run's {oc.lower_bound_cycles}")
+        return case.name, feats, oc.cycles
     from gen.api import execute
     with tempfile.TemporaryDirectory(prefix="reshard-cal-") as tmp:
         feats, loaded = reshard_features(case, Path(tmp))
