@@ -68,6 +68,7 @@ class TransferItem(uvm_sequence_item):
         super().__init__(name)
         for k in self.FIELDS:
             setattr(self, k, int(values.get(k, 0)))
+        self.param = str(values.get("param", ""))         # the tensor, for messages
 
     @classmethod
     def from_plan(cls, transfer, elem_bytes: int) -> "TransferItem":
@@ -81,5 +82,5 @@ class TransferItem(uvm_sequence_item):
         return isinstance(other, TransferItem) and all(getattr(self, k) == getattr(other, k) for k in self.FIELDS)
 
     def convert2string(self):
-        return (f"rank {self.src}+{self.src_offset:#x} -> rank {self.dst}+{self.dst_offset:#x}: "
+        return (f"{self.param + ' ' if self.param else ''}rank {self.src}+{self.src_offset:#x} -> rank {self.dst}+{self.dst_offset:#x}: "
                 f"{self.rows} x {self.row_bytes} B (strides {self.src_stride}/{self.dst_stride})")

@@ -14,7 +14,7 @@ from hw.hostport import encode as encode_reg
 from hw.hostport import register
 from hw.isa import Status
 from verif import coverage
-from verif.items import HostTxn, InsnItem
+from verif.items import HostTxn, InsnItem, TransferItem
 
 
 class HostSeq(uvm_sequence):
@@ -31,6 +31,20 @@ class HostSeq(uvm_sequence):
         await self.start_item(txn)
         await self.finish_item(txn)
         return txn
+
+
+class PlanTransferSeq(uvm_sequence):
+    """A compiled reshard's plan, one :class:`verif.items.TransferItem` per run (source and
+    destination rank, offsets, rows, row bytes, strides), to the transfer predictor."""
+
+    def __init__(self, name, items: list[TransferItem]):
+        super().__init__(name)
+        self.items = items
+
+    async def body(self):
+        for item in self.items:
+            await self.start_item(item)
+            await self.finish_item(item)
 
 
 class ProgramLoadSeq(HostSeq):
@@ -111,28 +125,44 @@ class MemReadSeq(HostSeq):
 
 
 class RegisterSweepSeq(HostSeq):
-    """Every register read and written (full strobe), every writable one with a partial strobe.
+    """Every register read and written (full strobe); every writable one written with every
+    4-bit byte strobe (1..15, with holes too). A read-write register is read back after each
+    strobed write: the enabled bytes must hold the new value, the others the old one (byte
+    strobes are honoured, docs/regmap.md), within the field's width.
 
-    Writes choose harmless values (no start, instruction and memory words at
-    index 0 of an idle device); ``self.log`` keeps every (txn, expected resp)."""
+    Writes choose harmless values (no start, instruction and memory words of zeros near index
+    0 of an idle device); ``self.log`` keeps every (txn, expected resp), ``self.readback``
+    every (register, strobe, read, expected)."""
 
-    def __init__(self, name, device: int):
+    PATTERN = 0xA5C3_5A3C
+
+    def __init__(self, name, device: int, widths: dict[str, int] | None = None):
         super().__init__(name)
         self.device = device
+        self.widths = dict(widths or {})      # implemented widths that differ from the register map
         self.log: list[tuple[HostTxn, int | None]] = []
+        self.readback: list[tuple[str, int, int, int]] = []
 
     async def body(self):
         from hw.hostport import OKAY, REGISTERS, SLVERR
         for r in REGISTERS:
             self.log.append((await self.reg_read(self.device, r.name), OKAY if r.access != "WO" else None))
         for r in REGISTERS:
-            if r.name in ("IMEM_ADDR", "MEM_ADDR"):
-                value = 0
-            elif r.name == "CTRL":
-                value = 0
-            else:
-                value = 0 if r.access != "RO" else 0xFFFFFFFF
+            value = 0 if r.access != "RO" else 0xFFFFFFFF
             want = SLVERR if r.access == "RO" else OKAY
             self.log.append((await self.reg_write(self.device, r.name, value), want))
-            if r.access in ("RW", "WO"):
-                self.log.append((await self.reg_write(self.device, r.name, value, strobe=0b0010), want))
+        # read-write registers first (their values then back to 0), then the write-only ones with zeros
+        for r in sorted((r for r in REGISTERS if r.access in ("RW", "WO")), key=lambda r: r.access != "RW"):
+            width = self.widths.get(r.name, sum(f.width for f in r.fields))
+            fmask = (1 << width) - 1 if width < 32 else 0xFFFFFFFF
+            held = (await self.reg_read(self.device, r.name)).rdata if r.access == "RW" else 0
+            for strobe in range(1, 16):
+                value = (self.PATTERN ^ (strobe * 0x1111_1111)) & 0xFFFFFFFF if r.access == "RW" else 0
+                self.log.append((await self.reg_write(self.device, r.name, value, strobe=strobe), OKAY))
+                if r.access == "RW":
+                    bmask = sum(0xFF << (8 * b) for b in range(4) if strobe >> b & 1)
+                    held = ((held & ~bmask) | (value & bmask)) & fmask
+                    got = (await self.reg_read(self.device, r.name)).rdata
+                    self.readback.append((r.name, strobe, got, held))
+            if r.access == "RW":
+                self.log.append((await self.reg_write(self.device, r.name, 0), OKAY))
