@@ -16,7 +16,8 @@ ORDER = 47
 
 def add_arguments(p) -> None:
     p.add_argument("--test", default=None,
-                   help="one test: reshard_replay | register_sweep | random_programs (default: the short regression)")
+                   help="one test: reshard_replay | register_sweep | random_programs | collective_replay | "
+                        "directed_faults | directed_traffic (default: the short regression)")
     p.add_argument("--seed", type=int, default=1, help="with --test: its seed (odd seeds stall R and B)")
     p.add_argument("--regression", action="store_true", help="the long regression (more random-program seeds)")
     p.add_argument("--cases", type=int, default=3, help="random programs per random_programs test (default 3)")
@@ -41,4 +42,6 @@ def run(args) -> int:
           f"({len(s['uncovered'])} not hit) in {s['wall_s']} s")
     for b in s["uncovered"][:20]:
         print(f"  not hit: {b}")
+    for b in s.get("undefined", []):
+        print(f"  not defined (cannot be hit): {b}")
     return 0 if s["failed"] == 0 else 1

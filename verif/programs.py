@@ -308,22 +308,45 @@ def any_words():
                      st.integers(0, 255))
 
 
-def draw_cases(strategy, seed: int, n: int) -> list:
-    """``n`` examples of ``strategy`` for a seed, outside a test (a UVM sequence's stimulus).
+def _provider():
+    """Hypothesis's own provider of random choices, less one thing: 5% of the time it picks a
+    "constant" from a pool that includes literals found in the local modules loaded in this
+    process (``sys.modules``), so a process that imported other modules (the simulator's,
+    pytest's) drew other cases from the same seed. Without the constants the choices depend
+    on the seed alone."""
+    from hypothesis.internal.conjecture.providers import HypothesisProvider
 
-    Hypothesis starts from its simplest examples and repeats some: the last ``n``
-    distinct ones of ``8 n`` drawn, reproducible from the seed."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as with_seed
+    class SeedOnlyProvider(HypothesisProvider):
+        def _maybe_draw_constant(self, choice_type, constraints, *, p=0.05):
+            return None
+
+    return SeedOnlyProvider
+
+
+def draw_cases(strategy, seed: int, n: int, max_tries: int | None = None) -> list:
+    """``n`` distinct examples of ``strategy`` for a seed, outside a test (a UVM sequence's stimulus).
+
+    The same seed draws the same cases in any process: each attempt is one Hypothesis
+    ``ConjectureData`` fed by ``random.Random(seed * 1_000_003 + attempt)`` through the provider
+    of :func:`_provider` (Hypothesis's generation, so the distribution of the hypothesis tests,
+    without the engine's adaptive search, whose first examples are the simplest and whose
+    choices depended on the process). Attempts a strategy rejects (a failed filter) are skipped."""
+    from hypothesis.errors import StopTest
+    from hypothesis.internal.conjecture.data import ConjectureData
+    provider = _provider()
     out: list = []
-
-    @with_seed(seed)
-    @settings(max_examples=8 * n, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(case):
-        out.append(case)
-
-    collect()
-    distinct = {repr(getattr(c, "programs", c)): c for c in out}
-    return list(distinct.values())[-n:]
+    seen: set[str] = set()
+    tries = max_tries if max_tries is not None else 50 * n
+    for attempt in range(tries):
+        if len(out) == n:
+            break
+        data = ConjectureData(random=random.Random(seed * 1_000_003 + attempt), provider=provider)
+        try:
+            case = data.draw(strategy)
+        except StopTest:
+            continue
+        key = repr(getattr(case, "programs", case))
+        if key not in seen:
+            seen.add(key)
+            out.append(case)
+    return out

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model.errors import InputError
-from verif.coverage import merge
+from verif.coverage import UNDEFINED, merge
 from verif.runner import build, run_tests
 from verif.tests import TESTS
 
 #: the short regression pytest runs; the long one adds seeds
 SHORT = (("reshard_replay", 1), ("reshard_replay", 2), ("register_sweep", 1), ("collective_replay", 1),
-         ("directed_faults", 1), ("random_programs", 1), ("random_programs", 2), ("random_programs", 3),
+         ("directed_faults", 1), ("directed_traffic", 1), ("random_programs", 1), ("random_programs", 2), ("random_programs", 3),
          ("random_programs", 4))
 LONG_RANDOM_SEEDS = 12
 
@@ -67,6 +67,7 @@ def run_uvm(opts: UvmOptions, progress=lambda m: None) -> dict:
         "tests": [{"name": r.name, "seed": r.seed, "cycles": r.cycles, "result": r.result,
                    "seconds": r.seconds, **({"message": r.message} if r.message else {})} for r in runs],
         "coverage_percent": round(percent, 2), "uncovered": uncovered,
+        "undefined": [f"{b}: {why}" for b, why in UNDEFINED.items()],
         "per_test_coverage": {f"{r.name}-{r.seed}": round(100 * sum(v > 0 for v in r.coverage.values())
                                                           / max(len(r.coverage), 1), 2) for r in runs},
         "build_cached": cached, "wall_s": round(time.perf_counter() - t0, 1),
