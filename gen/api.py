@@ -43,7 +43,7 @@ from model.errors import InputError
 __all__ = [
     "PlanOptions", "plan_reshard", "CompileOptions", "CompiledReshard", "compile_reshard", "compile_to",
     "ENGINES", "RTL_ENGINES", "execute", "summarize", "program_digest", "RunOptions", "run_compiled",
-    "SimOptions", "simulate", "default_sim_dir", "fmt_bytes", "parse_page_sizes", "check_bus_bits", "BUS_BITS",
+    "SimOptions", "simulate", "check_rtl_run", "default_sim_dir", "fmt_bytes", "parse_page_sizes", "check_bus_bits", "BUS_BITS",
 ]
 
 Progress = Callable[[str], None]
@@ -415,6 +415,20 @@ def simulate(opts: SimOptions, progress: Progress = _quiet) -> dict:
     return summary
 
 
+def check_rtl_run(loaded, res: RunResult, built: CompiledReshard) -> dict:
+    """:func:`summarize` an RTL run, then compare its whole end state with the
+    golden model's run (``golden_agrees``); cycles against the lower bound."""
+    summary = summarize(loaded, res, reference_rollout=built.reference_rollout)
+    mismatches = compare_results(res, built.golden)
+    summary["golden_agrees"] = not mismatches
+    summary["golden_mismatches"] = mismatches
+    summary["verified"] = bool(summary["verified"] and not mismatches)
+    if res.cycles is not None and res.lower_bound_cycles:
+        summary["cycles_over_lower_bound"] = round(res.cycles / res.lower_bound_cycles, 4)
+    summary["seconds"] = round(res.seconds, 2)
+    return summary
+
+
 def _simulate(opts: SimOptions, progress: Progress) -> dict:
     if opts.engine not in RTL_ENGINES:
         raise InputError(f"unknown engine {opts.engine!r}: use one of {', '.join(RTL_ENGINES)}")
@@ -440,16 +454,9 @@ def _simulate(opts: SimOptions, progress: Progress) -> dict:
         wall["simulation"] = round(res.seconds, 2)
     t0 = time.perf_counter()
     progress("checking the rollout tensors and the golden model's end state")
-    summary = summarize(loaded, res, reference_rollout=built.reference_rollout)
-    mismatches = compare_results(res, built.golden)
+    summary = check_rtl_run(loaded, res, built)
     wall["checks"] = round(time.perf_counter() - t0, 2)
-    summary["golden_agrees"] = not mismatches
-    summary["golden_mismatches"] = mismatches
-    summary["verified"] = bool(summary["verified"] and not mismatches)
     summary["out"] = str(out)
-    if res.cycles is not None and res.lower_bound_cycles:
-        summary["cycles_over_lower_bound"] = round(res.cycles / res.lower_bound_cycles, 4)
-    summary["seconds"] = round(res.seconds, 2)
     wall["total"] = round(time.perf_counter() - t_start, 2)
     summary["wall_s"] = wall
     return summary

@@ -9,7 +9,9 @@ and MMU in simulation and, with the YoWASP tools, on an ECP5; ``system``
 blocks, each under a time limit; ``loop`` (:mod:`gen.bench_loop`) times two
 iterations of the closed loop against its budget; ``collectives``
 (:mod:`gen.bench_collectives`) runs training collectives on the Verilog; ``scale``
-(:mod:`gen.bench_scale`) runs Qwen2.5-0.5B's weight sync on the Verilog. Figures are measured on
+(:mod:`gen.bench_scale`) runs Qwen2.5-0.5B's weight sync on the Verilog; ``sweep``
+(:mod:`gen.bench_sweep`) measures a sweep's points per minute with 1 and 2
+local Ray workers. Figures are measured on
 every run, never stored.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from model.errors import InputError
 # benchmarks drive the blocks with the shared simulation kit, gen/simkit.py, as the tests do).
 _OPTIONAL = {"blocks": "gen.bench_blocks", "system": "gen.bench_system",
              "verilator": "gen.bench_verilator", "fpga": "gen.bench_fpga", "loop": "gen.bench_loop",
-             "collectives": "gen.bench_collectives", "scale": "gen.bench_scale"}
+             "collectives": "gen.bench_collectives", "scale": "gen.bench_scale", "sweep": "gen.bench_sweep"}
 
 
 def _sections() -> tuple[str, ...]:
