@@ -370,8 +370,8 @@ class DirectedFaultsTest(RandomProgramsTest):
 
 class DirectedTrafficTest(RandomProgramsTest):
     """Free-running traffic the lock-stepped random programs never make: both devices at once
-    copy to each other on channels 1..3 (plain and reduce-on-write copies) while each reduces
-    into its own memory on channel 0 through the crossbar, so two sources contend for each
+    copy to each other on channels 1..3 (plain and reduce-on-write copies) and within themselves
+    on the same channels, while each reduces into its own memory on channel 0 through the crossbar, so two sources contend for each
     crossbar output, the reduce units and the outgoing queues back-pressure, and every
     (source, destination, channel) carries beats. No copy overlaps another's bytes, so the end
     state is the golden model's whatever the timing. Also a staged REMAP of the third page size
@@ -399,7 +399,14 @@ class DirectedTrafficTest(RandomProgramsTest):
             for c in (1, 2, 3):
                 op = Op.COPY_ADD_F32 if c == 2 else Op.COPY
                 p.append(encode(op, chan=c, ctx=0, src=c * n, dst=2 * big + c * n, row_bytes=n, rows=1))
-            return p + [encode(Op.FENCE, mask=0), encode(Op.HALT)]
+            # and channels 1..3 into this device's own slots 4..6 (local beats, straight into memory)
+            for c in (1, 2, 3):
+                p.append(encode(Op.COPY, chan=c, ctx=0, src=(3 + c) * n, dst=big + (3 + c) * n, row_bytes=n // 2,
+                                rows=2, src_stride=n // 2, dst_stride=n // 2))
+            # a SIGNAL to itself and one to the other device, each awaited after the copies
+            p += [encode(Op.SIGNAL, dev=d, sem=1), encode(Op.SIGNAL, dev=o, sem=2), encode(Op.FENCE, mask=0),
+                  encode(Op.WAIT, sem=1, count=1), encode(Op.WAIT, sem=2, count=1)]
+            return p + [encode(Op.HALT)]
         rng = np.random.default_rng(self.cfg["seed"])
         mems = []
         for _ in range(a.devices):
