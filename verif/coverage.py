@@ -60,9 +60,10 @@ XFER_ROWS = ["aligned"]
 
 #: bins not defined because no test of the regression can hit them, and why
 UNDEFINED = {
-    "xfer.row_vs_bus: unaligned, sub-beat": "the replayed plans (micro-qwen2, every layout the 2-device "
-    "build fits) have rows of whole 8-byte beats only: every dimension is a multiple of 8 bytes and the "
-    "compiler aligns tensors to 64 bytes; copy.chan_x_rows covers partial and sub-beat rows (random programs)",
+    "xfer.row_vs_bus: unaligned, sub-beat": "the replayed plan (micro-qwen2 fsdp2:dp=2 -> vllm:tp=2; fsdp1, "
+    "tp=1 and fp32 plans too) has rows of whole 8-byte beats only: every dimension is a multiple of 8 bytes "
+    "and the compiler aligns tensors to 64 bytes; copy.chan_x_rows covers partial and sub-beat rows "
+    "(random programs)",
     "xfer.path_x_shape: (zero-copy, strided)": "the compiler remaps only single-row runs of whole pages",
 }
 
