@@ -82,5 +82,6 @@ class TransferItem(uvm_sequence_item):
         return isinstance(other, TransferItem) and all(getattr(self, k) == getattr(other, k) for k in self.FIELDS)
 
     def convert2string(self):
-        return (f"{self.param + ' ' if self.param else ''}rank {self.src}+{self.src_offset:#x} -> rank {self.dst}+{self.dst_offset:#x}: "
+        what = f"{self.param} " if self.param else ""
+        return (f"{what}rank {self.src}+{self.src_offset:#x} -> rank {self.dst}+{self.dst_offset:#x}: "
                 f"{self.rows} x {self.row_bytes} B (strides {self.src_stride}/{self.dst_stride})")

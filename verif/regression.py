@@ -19,8 +19,8 @@ from verif.tests import TESTS
 
 #: the short regression pytest runs; the long one adds seeds
 SHORT = (("reshard_replay", 1), ("reshard_replay", 2), ("register_sweep", 1), ("collective_replay", 1),
-         ("directed_faults", 1), ("directed_traffic", 1), ("random_programs", 1), ("random_programs", 2), ("random_programs", 3),
-         ("random_programs", 4))
+         ("directed_faults", 1), ("directed_traffic", 1), ("random_programs", 1), ("random_programs", 2),
+         ("random_programs", 3), ("random_programs", 4))
 LONG_RANDOM_SEEDS = 12
 
 

@@ -371,11 +371,11 @@ class DirectedFaultsTest(RandomProgramsTest):
 class DirectedTrafficTest(RandomProgramsTest):
     """Free-running traffic the lock-stepped random programs never make: both devices at once
     copy to each other on channels 1..3 (plain and reduce-on-write copies) and within themselves
-    on the same channels, while each reduces into its own memory on channel 0 through the crossbar, so two sources contend for each
-    crossbar output, the reduce units and the outgoing queues back-pressure, and every
-    (source, destination, channel) carries beats. No copy overlaps another's bytes, so the end
-    state is the golden model's whatever the timing. Also a staged REMAP of the third page size
-    in context 0."""
+    on the same channels, while each reduces into its own memory on channel 0 through the
+    crossbar, so two sources contend for each crossbar output, the reduce units and the outgoing
+    queues back-pressure, and every (source, destination, channel) carries beats; then each
+    signals itself and the other. No copy overlaps another's bytes, so the end state is the
+    golden model's whatever the timing. Also a staged REMAP of the third page size in context 0."""
     lockstep = False
 
     def cases(self) -> list:
