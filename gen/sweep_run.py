@@ -16,6 +16,7 @@ progress bar counts points started and not finished.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -283,7 +284,18 @@ def run_sweep(opts: SweepOptions, log=lambda m: print(m, file=sys.stderr, flush=
     todo = [p for p in grid.points if p.point_id not in done_before]
     t0 = time.perf_counter()
     import ray
-    cpus = start_ray(opts)            # bad addresses fail here, before anything is written
+    # Ray prints its notes (a task to be retried, ...) to stdout: they go to stderr, so that
+    # stdout holds only what the command prints (--json)
+    with contextlib.redirect_stdout(sys.stderr):
+        cpus = start_ray(opts)            # bad addresses fail here, before anything is written
+        return _run(opts, grid, out, todo, ids, cpus, t0, log)
+
+
+def _run(opts: SweepOptions, grid: Grid, out: Path, todo: list[Point], ids: list[str], cpus: int,
+         t0: float, log) -> dict:
+    import ray
+
+    from gen import sweep_table
     ray_start_s = time.perf_counter() - t0
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     counts = {"done": 0, "failed": 0}
