@@ -1,7 +1,8 @@
 """Sweep benchmark: local scaling of ``python -m gen sweep`` (``bench --only sweep``).
 
-Runs one grid (:data:`SCALING_GRID`: 24 distinct compiles of tiny-qwen2's
-reshard, each checked on the golden model and priced in the iteration model)
+Runs one grid (:data:`SCALING_GRID`: 48 distinct compiles of small-qwen2's
+reshard, 11.5M parameters, each checked on the golden model against the
+sliced tensors and priced in the iteration model)
 as a user does, in its own process, with 1 and then 2 local Ray workers into
 fresh directories, and reports points per minute of each (Ray's start left
 out: it is a fixed cost) and their ratio. Both runs do the same work; no
@@ -19,10 +20,12 @@ SCALING_GRID = """\
 name: scaling
 stages: [plan, compile, golden, perf]
 axes:
+  model: small-qwen2
+  dtype: [bf16, fp32]
   bus_bits: [32, 64, 128, 256]
   channels: [1, 2, 4]
-  tlb_entries: [32, 64]
-perf: {model: tiny-qwen2}
+  tlb_entries: [64, 128]
+
 """
 
 
