@@ -235,7 +235,8 @@ def _regs():
         out.append(Register(f"MEM_RDATA{i}", 0x230 + 4 * i, "RO",
                             f"Bits {32 * i + 31}:{32 * i} of the word MEM_READ loaded.",
                             (Field("value", 0, 32),)))
-    out.append(Register("TLB_INDEX", 0x250, "RW", "TLB entry shown by TLB_INFO / TLB_VPN / TLB_PPN.",
+    out.append(Register("TLB_INDEX", 0x250, "RW", "TLB entry shown by TLB_INFO / TLB_VPN / TLB_PPN "
+                        "(an index past the last entry shows an invalid, all-zero entry).",
                         (Field("index", 0, 16),)))
     out.append(Register("TLB_INFO", 0x254, "RO", "The TLB entry at TLB_INDEX.",
                         (Field("valid", 0, 1), Field("staged", 1, 1, "in the shadow table"),
@@ -421,6 +422,9 @@ class HostPort(wiring.Component):
             imem_data=[Signal(32, name=f"imem_data{i}") for i in range(WORD_BITS // 32)],
             imem_offered=Signal(),        # an instruction word is offered, not yet taken
             mem_addr=Signal(field("MEM_ADDR", "addr").width),
+            # all 16 bits of the register map: an index past the last entry reads as invalid
+            tlb_index=Signal(field("TLB_INDEX", "index").width),
+            tlb_in_range=Signal(),
             wlanes=[Signal(32, name=f"mem_wdata{i}") for i in range(lanes - 1)],
             wbe=[Signal(4, name=f"mem_wbe{i}") for i in range(lanes - 1)],
             rbuf=Signal(self._data_width),
@@ -429,7 +433,8 @@ class HostPort(wiring.Component):
         )
         m.d.comb += [self.mem_r.req.payload.eq(h.mem_addr), self.mem_r.rsp.ready.eq(1),
                      self.mem_w.p.addr.eq(h.mem_addr), self.imem_w.p.addr.eq(h.imem_addr),
-                     h.running.eq(self.status == StatusCode.RUNNING)]
+                     h.running.eq(self.status == StatusCode.RUNNING),
+                     self.tlb_index.eq(h.tlb_index), h.tlb_in_range.eq(h.tlb_index < self._arch.tlb_entries)]
         with m.If(self.mem_r.rsp.valid):
             m.d.sync += [h.rbuf.eq(self.mem_r.rsp.payload), h.rd_pending.eq(0)]
         return h
@@ -461,12 +466,13 @@ class HostPort(wiring.Component):
             "FAULT_VA.va": fr.va[:32],
             "FAULT_VA_HI.va": fr.va[32:] if len(fr.va) > 32 else Const(0, 16),
             "DESCRIPTORS.value": self.descriptors,
-            "MEM_ADDR.addr": h.mem_addr, "TLB_INDEX.index": self.tlb_index,
-            "TLB_INFO.valid": self.tlb_entry.valid, "TLB_INFO.staged": self.tlb_entry.staged,
-            "TLB_INFO.size": self.tlb_entry.size, "TLB_INFO.perm": self.tlb_entry.perm,
-            "TLB_INFO.ctx": self.tlb_entry.ctx, "TLB_INFO.dev": self.tlb_entry.dev,
-            "TLB_VPN.value": self.tlb_entry.vpn, "TLB_PPN.value": self.tlb_entry.ppn,
+            "MEM_ADDR.addr": h.mem_addr, "TLB_INDEX.index": h.tlb_index,
         }
+        e = self.tlb_entry
+        for k, v in {"TLB_INFO.valid": e.valid, "TLB_INFO.staged": e.staged, "TLB_INFO.size": e.size,
+                     "TLB_INFO.perm": e.perm, "TLB_INFO.ctx": e.ctx, "TLB_INFO.dev": e.dev,
+                     "TLB_VPN.value": e.vpn, "TLB_PPN.value": e.ppn}.items():
+            sources[k] = Mux(h.tlb_in_range, v, 0)
         lanes = self._data_width // 32
         for i in range(MAX_MEM_LANES):
             sources[f"MEM_RDATA{i}.value"] = h.rbuf[32 * i:32 * i + 32] if i < lanes else Const(0, 32)
@@ -590,7 +596,7 @@ class HostPort(wiring.Component):
 
         targets = {"CTRL.start": start, "IMEM_ADDR.addr": store(h.imem_addr),
                    "FAULT_POP.pop": fault_pop, "MEM_ADDR.addr": store(h.mem_addr),
-                   "MEM_READ.load": mem_read, "TLB_INDEX.index": store(self.tlb_index)}
+                   "MEM_READ.load": mem_read, "TLB_INDEX.index": store(h.tlb_index)}
         n_imem = len(h.imem_data)
         for i in range(n_imem):
             targets[f"IMEM_DATA{i}.bits"] = imem_store if i == n_imem - 1 else store(h.imem_data[i])

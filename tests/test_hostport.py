@@ -441,13 +441,14 @@ STROBES = [0x1, 0x2, 0x4, 0x8, 0x3, 0xC, 0x6, 0x0, 0xF, 0x5]
 
 
 def test_byte_and_halfword_writes_to_registers():
-    """IMEM_ADDR (16 bits), MEM_ADDR (32) and TLB_INDEX (the TLB window, 10 bits
-    for 1024 entries): every byte, half-word, odd and empty strobe changes
-    exactly the enabled bytes; bytes above a field's width stay zero."""
+    """IMEM_ADDR (16 bits), MEM_ADDR (32) and TLB_INDEX (16, whatever the TLB's
+    size: the UVM strobe sweep found it held only the index bits): every byte,
+    half-word, odd and empty strobe changes exactly the enabled bytes; bytes
+    above a field's width stay zero."""
     arch = ArchParams(devices=1, mem_bytes=1 << 14, page_sizes=(1024, 4096, 8192, 16384),
                       tlb_entries=1024, channels=2, imem_words=32, addr_bits=16)
     dut = make_port(arch, data_width=32)
-    widths = {"IMEM_ADDR": 16, "MEM_ADDR": 32, "TLB_INDEX": 10}
+    widths = {"IMEM_ADDR": 16, "MEM_ADDR": 32, "TLB_INDEX": 16}
     rng = random.Random(7)
     trace, want = [], []
 
@@ -613,7 +614,8 @@ def test_word_write_timing_and_aw_w_order():
 def test_byte_stores_through_the_memory_and_tlb_windows():
     """On a whole device (64-bit bus, real memory and MMU): a byte and a
     half-word store through MEM_WDATA change only those bytes of memory;
-    a byte write of TLB_INDEX selects the TLB entry its low byte names."""
+    a byte write of TLB_INDEX selects the TLB entry its low byte names; an
+    index past the last entry reads back whole and shows an invalid entry."""
     arch = ArchParams(devices=2, mem_bytes=1 << 12, page_sizes=(256, 1024, 2048, 4096),
                       tlb_entries=8, channels=2, imem_words=16, addr_bits=16)
     program = assemble("version 1\nremap ctx=1 size=1 perm=rw staged=0 dev=1 va=0x400 pa=0x800\n"
@@ -635,11 +637,16 @@ def test_byte_stores_through_the_memory_and_tlb_windows():
         assert await axi.write_reg("CTRL", 1) == OKAY
         while decode("STATUS", (await axi.read_reg("STATUS"))[0])["status"] == Status.RUNNING:
             pass
-        assert await axi.write_reg("TLB_INDEX", 0xFFFF_FF07) == OKAY
+        assert await axi.write_reg("TLB_INDEX", 0xFFFF_FF07, 0x1) == OKAY
         seen["index7"] = (await axi.read_reg("TLB_INDEX"))[0]
         assert await axi.write_reg("TLB_INDEX", 0xFFFF_FF00, 0x1) == OKAY
         seen["index0"] = (await axi.read_reg("TLB_INDEX"))[0]
         seen["tlb"] = decode("TLB_INFO", (await axi.read_reg("TLB_INFO"))[0])
+        seen["vpn"] = (await axi.read_reg("TLB_VPN"))[0]
+        assert await axi.write_reg("TLB_INDEX", 0x0000_0800) == OKAY      # 0x800: past entry 7
+        seen["far"] = [(await axi.read_reg(r))[0] for r in ("TLB_INDEX", "TLB_INFO", "TLB_VPN", "TLB_PPN")]
+        assert await axi.write_reg("TLB_INDEX", 8) == OKAY                        # 8 aliases 0 in 3 bits
+        seen["past"] = [(await axi.read_reg(r))[0] for r in ("TLB_INDEX", "TLB_INFO", "TLB_VPN", "TLB_PPN")]
 
     run_simulation(system, [tb])
     assert seen["device"] == (1, OKAY)
@@ -650,3 +657,5 @@ def test_byte_stores_through_the_memory_and_tlb_windows():
     assert seen["mem_addr"] == 7
     assert seen["index7"] == 7 and seen["index0"] == 0
     assert seen["tlb"] == {"valid": 1, "staged": 0, "size": 1, "perm": 3, "ctx": 1, "dev": 1}
+    assert seen["vpn"] == 0x400 // 256
+    assert seen["far"] == [0x800, 0, 0, 0] and seen["past"] == [8, 0, 0, 0]

@@ -136,10 +136,9 @@ class RegisterSweepSeq(HostSeq):
 
     PATTERN = 0xA5C3_5A3C
 
-    def __init__(self, name, device: int, widths: dict[str, int] | None = None):
+    def __init__(self, name, device: int):
         super().__init__(name)
         self.device = device
-        self.widths = dict(widths or {})      # implemented widths that differ from the register map
         self.log: list[tuple[HostTxn, int | None]] = []
         self.readback: list[tuple[str, int, int, int]] = []
 
@@ -153,7 +152,7 @@ class RegisterSweepSeq(HostSeq):
             self.log.append((await self.reg_write(self.device, r.name, value), want))
         # read-write registers first (their values then back to 0), then the write-only ones with zeros
         for r in sorted((r for r in REGISTERS if r.access in ("RW", "WO")), key=lambda r: r.access != "RW"):
-            width = self.widths.get(r.name, sum(f.width for f in r.fields))
+            width = sum(f.width for f in r.fields)
             fmask = (1 << width) - 1 if width < 32 else 0xFFFFFFFF
             held = (await self.reg_read(self.device, r.name)).rdata if r.access == "RW" else 0
             for strobe in range(1, 16):
