@@ -70,6 +70,7 @@ def _cycles_vs_hw(path: Path, rows, ykey: str):
     front = [rows[i] for i in pareto_front(pts)]
     ax.scatter([r["arch_channels"] for r in front], [r[ykey] for r in front], s=120, facecolors="none",
                edgecolors="#c0392b", label="Pareto front (channels x bus bits, cycles)", zorder=4)
+    ax.set_xticks(sorted({r["arch_channels"] for r in rows}))
     ax.set_xlabel("DMA channels")
     ax.set_ylabel(f"sync {ykey.replace('_', ' ')}")
     ax.set_title("Reshard cycles against channels and bus width", fontsize=10)
