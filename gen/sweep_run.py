@@ -318,7 +318,10 @@ def _run(opts: SweepOptions, grid: Grid, out: Path, todo: list[Point], ids: list
             counts["done" if row["status"] == "ok" else "failed"] += 1
             if row["status"] != "ok":
                 msg = f"point {row['point_id']} failed in {row['failed_stage']}: {row['error']}"
-                bar.write(msg, file=sys.stderr) if bar is not None else log(msg)
+                if bar is not None:
+                    bar.write(msg, file=sys.stderr)          # above the bar, not through it
+                else:
+                    log(msg)
             if bar is not None:
                 bar.update(1)
 
