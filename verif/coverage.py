@@ -23,7 +23,9 @@ Groups (the bins are listed by :func:`bins`):
 - ``stream.stall``: each internal stream seen stalled (valid without ready);
 - ``xfer.path_x_shape`` and ``xfer.row_vs_bus``: the plan transfers of a replayed
   reshard by path (local copy, zero-copy remap, remote copy) and row count, and
-  row length against the bus.
+  row length against the bus;
+- ``coll.phase_x_op_x_dtype``: the captured collectives replayed (phase, op,
+  dtype, reduce op), the kinds verl's FSDP2 step issues that the hardware runs.
 
 Bins a regression cannot hit are not defined: :data:`UNDEFINED` lists them with
 the reason (also in docs/uvm.md and the ``undefined`` field of ``gen uvm --json``).
@@ -57,6 +59,10 @@ STREAMS = ([f"dma.wr{d}" for d in range(DEVICES)] + [f"net.out{j}" for j in rang
 XFER_SHAPES = [("local-copy", "one-row"), ("local-copy", "strided"), ("zero-copy", "one-row"),
                ("remote-copy", "one-row"), ("remote-copy", "strided")]
 XFER_ROWS = ["aligned"]
+#: the kinds of collective in the captured schedule (verif.schedule: verl's FSDP2 training step on
+#: micro-qwen2, 2 ranks): phase x op x dtype x reduce op
+COLLECTIVES = [("forward", "all_gather", "bfloat16", "none"), ("backward", "all_gather", "bfloat16", "none"),
+               ("backward", "reduce_scatter", "float32", "avg"), ("optimizer", "all_reduce", "float32", "sum")]
 
 #: bins not defined because no test of the regression can hit them, and why
 UNDEFINED = {
@@ -146,6 +152,11 @@ def sample_transfer(path: str, shape: str, row: str) -> None:
     pass
 
 
+@CoverPoint("top.coll.phase_x_op_x_dtype", xf=lambda ph, op, dt, red: (ph, op, dt, red), bins=COLLECTIVES)
+def sample_collective(phase: str, op: str, dtype: str, reduce_op: str) -> None:
+    pass
+
+
 def row_class(row_bytes: int, bus_bytes: int) -> str:
     if row_bytes < bus_bytes:
         return "sub-beat"
@@ -182,7 +193,7 @@ def snapshot() -> dict[str, int]:
                   "top.host.reg_x_access", "top.host.partial_strobe", "top.axi.backpressure",
                   "top.end.status_x_cause", "top.host.reg_x_strobe", "top.dma.src_x_dst_x_chan",
                   "top.net.src_x_dst_x_kind", "top.sem.wait", "top.stream.stall", "top.xfer.path_x_shape",
-                  "top.xfer.row_vs_bus"):
+                  "top.xfer.row_vs_bus", "top.coll.phase_x_op_x_dtype"):
         item = coverage_db[group]
         for b, hits in item.detailed_coverage.items():
             out[f"{group[4:]}: {b}"] = int(hits)

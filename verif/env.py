@@ -279,6 +279,7 @@ class Scoreboard(uvm_subscriber):
 
     def build_phase(self):
         self.expected = self.cdb_get("expected")          # per device: bytes
+        self.reference = "the golden model"               # what ``expected`` comes from, for the message
         self.word_bytes = self.cdb_get("bus_bits") // 8
         self.checked = 0
         self.first_error: str | None = None
@@ -294,7 +295,7 @@ class Scoreboard(uvm_subscriber):
                 want = self.expected[d][base + b]
                 if got != want:
                     self.first_error = (f"device {d} write port {port}: word {addr:#x} byte {b} "
-                                        f"(address {base + b:#x}) written {got:#04x}, the golden model "
+                                        f"(address {base + b:#x}) written {got:#04x}, {self.reference} "
                                         f"ends with {want:#04x}")
                     self.logger.error(self.first_error)
                     return

@@ -3,6 +3,8 @@
 Every test runs on one simulator: the 2-device system the compiler chooses for
 micro-qwen2 ``fsdp2:dp=2 -> vllm:tp=2`` (bf16, 64-bit bus), whose compiled
 reshard the replay test runs and whose architecture the random programs use.
+``collective_capture_replay`` replays verl's captured collective schedule
+(:mod:`verif.schedule`, captured once and cached under ``build/uvm/capture/``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from verif.tests import TESTS
 #: the short regression pytest runs; the long one adds seeds
 SHORT = (("reshard_replay", 1), ("reshard_replay", 2), ("register_sweep", 1), ("collective_replay", 1),
          ("directed_faults", 1), ("directed_traffic", 1), ("random_programs", 1), ("random_programs", 2),
-         ("random_programs", 3), ("random_programs", 4))
+         ("random_programs", 3), ("random_programs", 4), ("collective_capture_replay", 1))
 LONG_RANDOM_SEEDS = 12
 
 
@@ -31,6 +33,7 @@ class UvmOptions:
     regression: bool = False         # the long regression
     cases: int = 3                   # random programs per random_programs test
     keep: Path | None = None         # keep the per-test logs here
+    collectives: int | None = None   # collective_capture_replay: the schedule's first N only (None: all)
 
 
 def plan(opts: UvmOptions) -> list[tuple[str, int]]:
@@ -56,7 +59,10 @@ def run_uvm(opts: UvmOptions, progress=lambda m: None) -> dict:
         bus_bits = loaded.manifest["bus_bits"]
         build_dir, cached = build(loaded.arch, bus_bits, progress)
         cfg = {"compiled": str(work / "compiled"), "arch": loaded.arch.to_json(), "bus_bits": bus_bits,
-               "cases": opts.cases}
+               "cases": opts.cases, "collectives": opts.collectives}
+        if any(name == "collective_capture_replay" for name, _ in tests):
+            from verif.schedule import prepare
+            cfg["schedule"] = str(prepare(loaded.arch, progress))
         runs = run_tests(build_dir, tests, cfg, work / "tests", progress)
     finally:
         if not opts.keep:

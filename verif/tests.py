@@ -21,7 +21,7 @@ from verif.env import ReshardEnv
 from verif.sequences import FaultDrainSeq, MemReadSeq, ProgramLoadSeq, RegisterSweepSeq, RunSeq
 
 TESTS = ("reshard_replay", "register_sweep", "random_programs", "collective_replay", "directed_faults",
-         "directed_traffic")
+         "directed_traffic", "collective_capture_replay")
 
 
 def config() -> dict:
@@ -39,6 +39,21 @@ def backdoor_load(dut, device: int, image: bytes, word_bytes: int) -> None:
 def backdoor_read(dut, device: int, nbytes: int, word_bytes: int) -> bytes:
     mem = getattr(dut, f"dev{device}").mem.bank0.mem
     return b"".join(int(mem[i].value).to_bytes(word_bytes, "little") for i in range(nbytes // word_bytes))
+
+
+def backdoor_zero(dut, device: int, nbytes: int, word_bytes: int) -> None:
+    """Zero the words of ``[0, nbytes)`` of a device's memory through the back door."""
+    mem = getattr(dut, f"dev{device}").mem.bank0.mem
+    for i in range(-(-nbytes // word_bytes)):
+        mem[i].value = 0
+
+
+def backdoor_read_range(dut, device: int, start: int, nbytes: int, word_bytes: int) -> bytes:
+    """Bytes ``[start, start + nbytes)`` of a device's memory through the back door (whole words read)."""
+    mem = getattr(dut, f"dev{device}").mem.bank0.mem
+    lo, hi = start // word_bytes, -(-(start + nbytes) // word_bytes)
+    raw = b"".join(int(mem[i].value).to_bytes(word_bytes, "little") for i in range(lo, hi))
+    return raw[start - lo * word_bytes:start - lo * word_bytes + nbytes]
 
 
 class BaseTest(uvm_test):
@@ -219,6 +234,100 @@ class CollectiveReplayTest(BaseTest):
                     i = next(i for i in range(len(mem)) if mem[i] != gold.memories[d][i])
                     raise AssertionError(f"{dtype} all-reduce device {d}: byte {i:#x} is {mem[i]:#04x}, "
                                          f"golden {int(gold.memories[d][i]):#04x}")
+
+
+class CollectiveCaptureReplayTest(BaseTest):
+    """A captured collective schedule: verl's FSDP2 training step on micro-qwen2 (2 CPU ranks, gloo;
+    verif.schedule), every collective the hardware runs replayed in issue order, compiled by the
+    collective compiler (``auto`` algorithm, as ``python -m gen collectives``). Each collective's
+    input tensors are backdoor-loaded in place, the programs go through the host ports, and the
+    outputs are compared bit for bit with gloo's recorded output tensors (an ``avg`` is the
+    hardware's sum scaled by 1/2 on the host). On two ranks every SRAM write beat of these
+    collectives carries its final value (an all-gather copies each chunk once; a ring
+    reduce-scatter's one reduce-on-write step writes the sum), so the beat scoreboard is active
+    too, predicting each beat from gloo's output (for ``avg``: twice it, exact in binary)."""
+
+    def setup(self):
+        from hw.isa import ArchParams
+        self.schedule = json.loads(open(self.cfg["schedule"]).read())
+        self.expected = [b""] * ArchParams.from_json(self.cfg["arch"]).devices    # set per collective
+        return ArchParams.from_json(self.cfg["arch"]), self.cfg["bus_bits"]
+
+    async def body(self):
+        from gen.coll_numerics import _bits, _values
+        from gen.coll_programs import generate
+        from gen.collectives import (ADD_OPS, ELEM_BYTES, Collective, _layout, _need, buffer_bytes,
+                                     choose_algorithm)
+        wb = self.bus_bits // 8
+        data = np.load(self.schedule["data"])
+        calls = self.schedule["collectives"]
+        if self.cfg.get("collectives"):                     # a prefix of the schedule (tests/test_uvm.py)
+            calls = calls[:self.cfg["collectives"]]
+        if not calls:
+            raise AssertionError(f"the captured schedule {self.cfg['schedule']} has no collective to run")
+        loaded_len = [0] * self.arch.devices
+        sb = self.env.scoreboard
+        sb.reference = "gloo's output"
+        footprint = 0
+        for n, m in enumerate(calls):
+            c = Collective(m["index"], m["phase"], m["op"], m["dtype"], m["reduce_op"], m["ranks"], m["bytes"], [])
+            es, p = ELEM_BYTES[c.dtype], c.p
+            alg = choose_algorithm("auto", c.op, buffer_bytes(c), p)
+            lay = _layout(c.op, p, buffer_bytes(c), es)
+            bounds = [x * es for x in lay.bounds]
+            progs = generate(self.arch, c.ranks, lay, alg, ADD_OPS.get(c.dtype))
+            ins = [data[f"c{c.index}_in{s}"] for s in range(p)]
+            gloo = [data[f"c{c.index}_out{s}"] for s in range(p)]
+            if os.environ.get("RESHARD_UVM_CORRUPT_GLOO") and n == len(calls) - 1:
+                # a deliberately wrong reference (tests/test_uvm.py): one byte of rank 1's output
+                gloo[1] = gloo[1].copy()
+                gloo[1][len(gloo[1]) // 3] ^= 0x40
+            # in place (gen.coll_programs): an all-gather's input is rank s's chunk of the output
+            # buffer, a reduction's output rank s's chunk (reduce-scatter) or all (all-reduce) of it
+            mems = [np.zeros(self.arch.mem_bytes, np.uint8) for _ in range(self.arch.devices)]
+            where = []
+            for s, dev in enumerate(c.ranks):
+                mems[dev][bounds[s] if c.op == "all_gather" else 0:][:len(ins[s])] = ins[s]
+                where.append(bounds[s] if c.op == "reduce_scatter" else 0)
+            want = [m.copy() for m in mems]
+            for s, dev in enumerate(c.ranks):
+                out = gloo[s] if c.reduce_op != "avg" else _bits(_values(gloo[s], c.dtype) * np.float32(p), c.dtype)
+                want[dev][where[s]:where[s] + len(out)] = out
+            sb.expected = [bytes(w) for w in want]
+            # the backdoor load skips zero words and reset clears no memory: zero what the previous
+            # collective's buffers covered first
+            for d in range(self.arch.devices):
+                backdoor_zero(self.dut, d, footprint, wb)
+            footprint = _need(lay)
+            coverage.sample_collective(c.phase, c.op, c.dtype, c.reduce_op or "none")
+            name = f"{c.name()} {c.dtype} {c.bytes:,} B ({alg})"
+            status = await self.run_case(progs.words, mems, loaded_len)
+            if sb.first_error:      # named here: the failure report quotes the scoreboard's message
+                sb.first_error = f"{name}: {sb.first_error}" + (" (x2: the hardware sums, avg halves)"
+                                                                 if c.reduce_op == "avg" else "")
+                raise AssertionError(sb.first_error)
+            for s, dev in enumerate(c.ranks):
+                st = status[dev]
+                coverage.sample_ending(_ending(st))
+                if _ending(st) != "HALTED/NONE":
+                    raise AssertionError(f"{name} device {dev}: ended {_ending(st)}")
+                lo, nb = where[s], len(gloo[s])
+                got = np.frombuffer(backdoor_read_range(self.dut, dev, lo, nb, wb), np.uint8)
+                if c.reduce_op == "avg":
+                    got = _bits(_values(got.copy(), c.dtype) / np.float32(p), c.dtype)
+                if not np.array_equal(got, gloo[s]):
+                    i = int(np.flatnonzero(got != gloo[s])[0])
+                    raise AssertionError(f"{name} rank {s} (device {dev}): output byte {i} (address "
+                                         f"{lo + i:#x}) is {int(got[i]):#04x}, gloo's output {int(gloo[s][i]):#04x}")
+            # the front door agrees with the back door on the output's first word
+            d0, w0 = c.ranks[0], where[0] // wb
+            peek = MemReadSeq("peek", d0, [w0], wb)
+            await peek.start(self.env.seqr)
+            if peek.data[w0] != bytes(want[d0][w0 * wb:(w0 + 1) * wb]):
+                raise AssertionError(f"{name}: MEM_RDATA of word {w0} on device {d0}: {peek.data[w0].hex()}, "
+                                     f"predicted {bytes(want[d0][w0 * wb:(w0 + 1) * wb]).hex()}")
+        if sb.checked == 0:
+            raise AssertionError("the scoreboard saw no write beat")
 
 
 async def settle(dut, limit: int = 100_000) -> None:
@@ -428,5 +537,6 @@ async def run(dut) -> None:
     await ClockCycles(dut.clk, 2)
     cls = {"reshard_replay": ReshardReplayTest, "register_sweep": RegisterSweepTest,
            "random_programs": RandomProgramsTest, "collective_replay": CollectiveReplayTest,
-           "directed_faults": DirectedFaultsTest, "directed_traffic": DirectedTrafficTest}[name]
+           "directed_faults": DirectedFaultsTest, "directed_traffic": DirectedTrafficTest,
+           "collective_capture_replay": CollectiveCaptureReplayTest}[name]
     await uvm_root().run_test(cls)
