@@ -1,7 +1,8 @@
 """The main job's report: ``build/report/index.html``, static, pictures beside it.
 
 A chip architect reads it top to bottom: each step of the main job with
-what it printed and its checks, the FPGA builds found under ``build/``, and
+what it printed and its checks, the FPGA builds and design-space sweeps
+found under ``build/``, and
 the iteration model for one configuration with its pictures and the
 published figures beside the model's. No server, no scripts beyond marking
 each picture loaded (so a broken one shows, and a test can tell).
@@ -100,6 +101,36 @@ def _fpga_section(reports: list[dict]) -> str:
                    "build s"], rows)
 
 
+def find_sweeps(root: Path = Path("build")) -> list[dict]:
+    """Every sweep (``python -m gen sweep``) that finished a run under ``build/sweep``."""
+    import pyarrow.parquet as pq
+    out = []
+    for res in sorted(root.glob("sweep/*/results.parquet")):
+        status = pq.read_table(res, columns=["status"]).column("status").to_pylist()
+        front = res.parent / "pareto.txt"
+        out.append({"name": res.parent.name, "dir": res.parent, "points": len(status),
+                    "failed": sum(s != "ok" for s in status),
+                    "fronts": front.read_text() if front.is_file() else "",
+                    "pictures": sorted(res.parent.glob("pareto_*.png"))})
+    return out
+
+
+def _sweep_picture(sweep: dict, png: Path) -> str:
+    return f"sweep-{sweep['name']}-{png.name}"
+
+
+def _sweep_section(sweeps: list[dict]) -> str:
+    if not sweeps:
+        return "<p>No sweep under <code>build/sweep</code> yet: <code>python -m gen sweep " \
+               "examples/sweep-small.yaml</code> makes one (docs/sweep.md).</p>"
+    out = [_table(["sweep", "points", "failed", "table"],
+                  [[s["name"], s["points"], s["failed"], f"{s['dir']}/results.parquet"] for s in sweeps])]
+    for s in sweeps:
+        out.append(f"<h3>{_e(s['name'])}</h3><pre>{_e(s['fronts'])}</pre>")
+        out += [IMG.format(src=_e(_sweep_picture(s, p)), alt=_e(p.stem)) for p in s["pictures"]]
+    return "\n".join(out)
+
+
 def _perf_section(perf: dict, plots: list[Path], published: list[dict]) -> str:
     rows = [[p["name"], fmt_s(p["time_s"]), p["bound_by"],
              *(f"{p['utilization'][w]:.0%}" for w in ("compute", "hbm", "interconnect")),
@@ -134,10 +165,12 @@ def _step_section(s: Step) -> str:
 
 
 def write_report(steps: list[Step], verdict: str, perf: dict, plots: list[Path], published: list[dict],
-                 out: Path, fpga: list[dict] | None = None) -> Path:
+                 out: Path, fpga: list[dict] | None = None, sweeps: list[dict] | None = None) -> Path:
     """Write ``out/index.html`` with the pictures beside it, all at once (a temporary directory renamed)."""
+    sweeps = find_sweeps() if sweeps is None else sweeps
     sections = [(s.key, s.title, _step_section(s)) for s in steps]
     sections.append(("fpga", "FPGA builds", _fpga_section(find_fpga_reports() if fpga is None else fpga)))
+    sections.append(("sweeps", "Design-space sweeps found under build/", _sweep_section(sweeps)))
     sections.append(("iteration-model", "The iteration model: pictures and published figures", _perf_section(perf, plots, published)))
     nav = "".join(f'<a href="#{k}">{_e(t.split(":")[0])}</a>' for k, t, _ in sections)
     body = "\n".join(f'<section id="{k}"><h2>{_e(t)}</h2>\n{h}</section>' for k, t, h in sections)
@@ -150,6 +183,9 @@ def write_report(steps: list[Step], verdict: str, perf: dict, plots: list[Path],
     (tmp / "index.html").write_text(page)
     for p in plots:
         shutil.copy2(p, tmp / p.name)
+    for sw in sweeps:
+        for p in sw["pictures"]:
+            shutil.copy2(p, tmp / _sweep_picture(sw, p))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

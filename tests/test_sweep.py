@@ -164,7 +164,7 @@ axes:
   block: dma
 perf: {model: tiny-qwen2}
 """)
-    out = tmp_path / "out"
+    out = tmp_path / "sweep" / "e2e"
     r = sweep(g, "--out", out, "--workers", "2", "--json", timeout=900)
     assert r.returncode == 1, r.stderr[-3000:]          # failed points make the exit status 1
     s = json.loads(r.stdout)
@@ -192,6 +192,12 @@ perf: {model: tiny-qwen2}
                                                     "pareto_iteration_vs_clock.png"}
     assert all(Path(p).stat().st_size > 10_000 for p in s["pareto"])
     assert "Pareto front: sync cycles against LUT4 (1 point(s))" in (out / "pareto.txt").read_text()
+    # the main job's report finds the sweep, its fronts and its pictures
+    from gen.report import _sweep_section, find_sweeps
+    (found,) = find_sweeps(tmp_path)
+    assert (found["name"], found["points"], found["failed"], len(found["pictures"])) == ("e2e", 4, 2, 3)
+    html = _sweep_section([found])
+    assert html.count("<img ") == 3 and "sweep-e2e-pareto_cycles_vs_lut4.png" in html
     # the same out directory again without --resume is refused, untouched
     r = sweep(g, "--out", out)
     assert r.returncode == 2 and "--resume" in r.stderr
