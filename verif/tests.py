@@ -278,10 +278,13 @@ class CollectiveCaptureReplayTest(BaseTest):
             progs = generate(self.arch, c.ranks, lay, alg, ADD_OPS.get(c.dtype))
             ins = [data[f"c{c.index}_in{s}"] for s in range(p)]
             gloo = [data[f"c{c.index}_out{s}"] for s in range(p)]
-            if os.environ.get("RESHARD_UVM_CORRUPT_GLOO") and n == len(calls) - 1:
-                # a deliberately wrong reference (tests/test_uvm.py): one byte of rank 1's output
+            corrupt = os.environ.get("RESHARD_UVM_CORRUPT_GLOO")
+            if corrupt and n == len(calls) - 1:
+                # a deliberately wrong reference (tests/test_uvm.py), one byte of rank 1's output: a third
+                # of the way in (an all-gather's beat from rank 0 writes it), or two thirds ("own": in an
+                # all-gather rank 1's own chunk, which no beat writes; the output comparison must see it)
                 gloo[1] = gloo[1].copy()
-                gloo[1][len(gloo[1]) // 3] ^= 0x40
+                gloo[1][len(gloo[1]) * (2 if corrupt == "own" else 1) // 3] ^= 0x40
             # in place (gen.coll_programs): an all-gather's input is rank s's chunk of the output
             # buffer, a reduction's output rank s's chunk (reduce-scatter) or all (all-reduce) of it
             mems = [np.zeros(self.arch.mem_bytes, np.uint8) for _ in range(self.arch.devices)]
