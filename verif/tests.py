@@ -268,7 +268,7 @@ class CollectiveCaptureReplayTest(BaseTest):
         loaded_len = [0] * self.arch.devices
         sb = self.env.scoreboard
         sb.reference = "gloo's output"
-        footprint = 0
+        footprint, done = 0, []
         for n, m in enumerate(calls):
             c = Collective(m["index"], m["phase"], m["op"], m["dtype"], m["reduce_op"], m["ranks"], m["bytes"], [])
             es, p = ELEM_BYTES[c.dtype], c.p
@@ -304,7 +304,11 @@ class CollectiveCaptureReplayTest(BaseTest):
             footprint = _need(lay)
             coverage.sample_collective(c.phase, c.op, c.dtype, c.reduce_op or "none")
             name = f"{c.name()} {c.dtype} {c.bytes:,} B ({alg})"
+            before = self.cycles
             status = await self.run_case(progs.words, mems, loaded_len)
+            done.append({"index": c.index, "phase": c.phase, "op": c.op, "dtype": c.dtype, "reduce_op": c.reduce_op,
+                         "bytes": c.bytes, "algorithm": alg, "cycles": self.cycles - before})
+            json.dump(done, open("collectives.json", "w"), indent=1)     # beside the record: cycles of each
             if sb.first_error:      # named here: the failure report quotes the scoreboard's message
                 sb.first_error = f"{name}: {sb.first_error}" + (" (x2: the hardware sums, avg halves)"
                                                                  if c.reduce_op == "avg" else "")
