@@ -287,7 +287,8 @@ def run_sweep(opts: SweepOptions, log=lambda m: print(m, file=sys.stderr, flush=
     # Ray prints its notes (a task to be retried, ...) to stdout: they go to stderr, so that
     # stdout holds only what the command prints (--json)
     with contextlib.redirect_stdout(sys.stderr):
-        cpus = start_ray(opts)            # bad addresses fail here, before anything is written
+        # bad addresses fail here, before anything is written; nothing to run, no Ray
+        cpus = start_ray(opts) if todo else 0
         return _run(opts, grid, out, todo, ids, cpus, t0, log)
 
 
@@ -302,13 +303,15 @@ def _run(opts: SweepOptions, grid: Grid, out: Path, todo: list[Point], ids: list
     bar = None
     try:
         out.mkdir(parents=True, exist_ok=True)
+        sweep_table.remove_partial(out)
         (out / "grid.yaml").write_text(grid.text)
         # points in flight: enough that points sharing a stage do not idle the other CPUs,
         # few enough that compiled images do not pile up in the object store
         window = 4 * (opts.workers if opts.workers else cpus)
         log(f"sweep {grid.name}: {len(grid.points)} point(s) ({len(grid.skipped_by_filter)} filtered out), "
-            f"{len(grid.points) - len(todo)} already done, {len(todo)} to run on {cpus} CPU(s) "
-            f"(Ray {ray.__version__}{', ' + opts.address if opts.address else ', local'}); rows in {out}/points")
+            f"{len(grid.points) - len(todo)} already done, {len(todo)} to run"
+            + (f" on {cpus} CPU(s) (Ray {ray.__version__}{', ' + opts.address if opts.address else ', local'})"
+               if todo else "") + f"; rows in {out}/points")
         if opts.progress and todo:
             from tqdm import tqdm
             bar = tqdm(total=len(todo), unit="point", desc=f"sweep {grid.name}", file=sys.stderr)
@@ -325,7 +328,7 @@ def _run(opts: SweepOptions, grid: Grid, out: Path, todo: list[Point], ids: list
             if bar is not None:
                 bar.update(1)
 
-        sched = _Scheduler(_Tasks(), on_row)
+        sched = _Scheduler(_Tasks() if todo else None, on_row)
         queue = list(todo)
         shown = None
         while queue or sched.running:
@@ -341,7 +344,8 @@ def _run(opts: SweepOptions, grid: Grid, out: Path, todo: list[Point], ids: list
         if bar is not None:
             bar.close()
         signal.signal(signal.SIGTERM, previous)
-        ray.shutdown()
+        if todo:
+            ray.shutdown()
     wall = time.perf_counter() - t0
     run_s = wall - ray_start_s
     table = sweep_table.write_results(out, ids)

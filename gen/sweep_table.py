@@ -80,9 +80,22 @@ def write_row(out, row: dict) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{row['point_id']}.parquet"
     tmp = d / f".{row['point_id']}.parquet.tmp"
-    pq.write_table(row_table(row), tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(row_table(row), tmp)
+        os.replace(tmp, path)
+    except BaseException:                # a signal mid-write: no half file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def remove_partial(out) -> int:
+    """Remove the temporary files a killed run (SIGKILL, power loss) left; how many."""
+    d = points_dir(out)
+    stale = list(d.glob(".*.parquet.tmp")) if d.is_dir() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
 
 
 def finished_ids(out) -> set[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from gen.sweep_grid import load_grid
 from gen.sweep_plots import pareto_front
-from gen.sweep_table import SCHEMA, finished_ids, read_rows, write_row
+from gen.sweep_table import SCHEMA, finished_ids, read_rows, remove_partial, write_row
 from model.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,6 +112,10 @@ def test_rows_are_written_whole_and_typed(tmp_path):
     with pytest.raises(KeyError, match="not a column"):
         write_row(tmp_path, {"point_id": "c3", "colour": "red"})
     assert finished_ids(tmp_path) == {"a1", "b2"}
+    assert not list((tmp_path / "points").glob(".*"))           # the failed write left nothing
+    (tmp_path / "points" / ".d4.parquet.tmp").write_bytes(b"PAR1 half")   # as a SIGKILL leaves it
+    assert remove_partial(tmp_path) == 1 and finished_ids(tmp_path) == {"a1", "b2"}
+    assert not list((tmp_path / "points").glob(".*"))
 
 
 def test_pareto_front_against_brute_force():
@@ -235,3 +239,5 @@ axes:
     ids = pq.read_table(s["table"]).column("point_id").to_pylist()
     assert sorted(ids) == sorted(p.point_id for p in load_grid(g).points)     # each once
     assert {k: (out / "points" / f"{k}.parquet").stat().st_mtime_ns for k in before} == before
+    r = sweep(g, "--out", out, "--resume", "--json")            # all there: nothing runs, no Ray
+    assert r.returncode == 0 and (json.loads(r.stdout)["ran"], json.loads(r.stdout)["done"]) == (0, n)
