@@ -2,10 +2,10 @@
 
 :func:`prepare` captures micro-qwen2 with verl's FSDP2 engine on 2 CPU ranks (gloo),
 every collective's tensors recorded (``model.capture.capture(..., record_data=True)``,
-about 15 s), once: the trace is cached under ``build/uvm/capture/<key>/``, keyed by
-its inputs (model, configuration file, strategy, world, seed, the capture code, the
-verl and torch versions). The training step's collectives (phases forward,
-backward, optimizer) are matched across ranks by ``gen.collectives.read_collectives``
+about 15 s), once: the trace is cached under ``build/uvm/capture/<key>/`` (under a
+file lock, so parallel runs capture once), keyed by its inputs (model, configuration
+file, strategy, world, seed, the capture code, the verl and torch versions). The
+training step's collectives (phases forward, backward, optimizer) are matched across ranks by ``gen.collectives.read_collectives``
 and their tensors read by ``gen.collectives.load_data``, as ``python -m gen
 collectives`` does; the ones the hardware runs (all-gathers, f32/bf16 ``sum``/``avg``
 reductions) and whose buffers fit the UVM build's memory are written to
@@ -47,12 +47,19 @@ def capture_key() -> str:
 
 def prepare(arch, progress=lambda m: None, cache: Path | None = None) -> Path:
     """The path of ``schedule.json`` for ``arch`` (captured and converted on first use)."""
-    from gen.collectives import ELEM_BYTES, _layout, _need, buffer_bytes
+    import fcntl
     out = (cache or CACHE / "capture") / capture_key()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:        # one capture at a time (pytest workers, parallel runs)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare(arch, out, progress)
+
+
+def _prepare(arch, out: Path, progress) -> Path:
+    from gen.collectives import ELEM_BYTES, _layout, _need, buffer_bytes
     trace = out / "trace.jsonl"
     if not trace.is_file():
         from model.capture import capture
-        out.mkdir(parents=True, exist_ok=True)
         progress(f"capturing {MODEL} {STRATEGY} on {WORLD} CPU ranks with tensors into {out} (once)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         capture(MODEL, STRATEGY, WORLD, trace, seed=SEED, record_data=True, progress=lambda m: None)
