@@ -191,11 +191,17 @@ def TlbSelection(arch, tag_width):
 
 def _pipeline_register(m, i, o, value, *, hold=0):
     """``o`` is a register stage after ``i``: it loads ``value`` (computed from
-    ``i.payload``) whenever it is empty or being emptied, unless ``hold``."""
+    ``i.payload``) whenever it is empty or being emptied, unless ``hold``.
+
+    The payload loads only with a request (``i.valid``): an empty stage's payload
+    is don't-care (every reader waits for ``valid``), and Verilator then computes
+    ``value`` only inside that branch, not on every idle cycle."""
     load = Signal()
     m.d.comb += [load.eq(~o.valid | o.ready), i.ready.eq(load & ~hold)]
     with m.If(load):
-        m.d.sync += [o.valid.eq(i.valid & ~hold), o.payload.eq(value)]
+        m.d.sync += o.valid.eq(i.valid & ~hold)
+        with m.If(i.valid):
+            m.d.sync += o.payload.eq(value)
 
 
 class _LookupStage(wiring.Component):
