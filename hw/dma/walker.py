@@ -135,8 +135,11 @@ class Walker(wiring.Component):
             self.grant.ready.eq(adv & ~stale),
         ]
         with m.If(adv):
-            m.d.sync += [v2.eq(self.grant.valid & ~stale), s2.chan.eq(gr.chan),
-                         s2.op.eq(gr.op), s2.desc.eq(gr.desc)]
+            m.d.sync += v2.eq(self.grant.valid & ~stale)
+        # an empty stage's payload is don't-care: loading it only with a grant lets
+        # Verilator skip this stage's logic on idle cycles
+        with m.If(adv & self.grant.valid):
+            m.d.sync += [s2.chan.eq(gr.chan), s2.op.eq(gr.op), s2.desc.eq(gr.desc)]
             with m.If(fwd):
                 m.d.sync += s2.pos.eq(pos_w.data)
             with m.Else():
@@ -173,17 +176,23 @@ class Walker(wiring.Component):
         win_index = p.cur_s[bb:pb] if pb > bb else Const(0, 1)
         with m.If(adv):
             m.d.sync += [
-                v3.eq(v2), s3.chan.eq(s2.chan), s3.op.eq(s2.op), s3.desc.eq(s2.desc),
-                s3.pos.eq(p), s3.row.eq(row),
-                s3.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
-                s3.row_end.eq(starting | row_end),
-                s3.desc_end.eq(desc_end),
+                v3.eq(v2),
                 # (these four with the stage's valid folded in, one input less where used)
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
                 s3.ends.eq(v2 & Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
                 s3.emits.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty))),
                 s3.writes.eq(v2 & (s2.op != GrantOp.NONE)),
                 s3.row_writes.eq(v2 & (s2.op != GrantOp.NONE) & (starting | row_end)),
+            ]
+        # the rest only with a grant (don't-care otherwise: every use of it is gated by
+        # the four above or by ``v3``), so Verilator skips it on idle cycles
+        with m.If(adv & v2):
+            m.d.sync += [
+                s3.chan.eq(s2.chan), s3.op.eq(s2.op), s3.desc.eq(s2.desc),
+                s3.pos.eq(p), s3.row.eq(row),
+                s3.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
+                s3.row_end.eq(starting | row_end),
+                s3.desc_end.eq(desc_end),
                 s3.near.eq(p.row_left[LW:] == 1),
                 s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
                 s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
