@@ -24,6 +24,10 @@ def add_arguments(p) -> None:
     p.add_argument("--cases", type=int, default=3, help="random programs per random_programs test (default 3)")
     p.add_argument("--collectives", type=int, default=None, metavar="N",
                    help="collective_capture_replay: replay the captured schedule's first N collectives only")
+    p.add_argument("--max-body", type=int, default=12, metavar="N",
+                   help="random_programs: at most N drawn instructions per program (default 12)")
+    p.add_argument("--illegal-rate", type=float, default=0.05, metavar="P",
+                   help="random_programs: chance of an illegal instruction word at each draw (default 0.05)")
     p.add_argument("--keep", metavar="DIR", default=None, help="keep each test's log, config and record in DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -35,8 +39,12 @@ def run(args) -> int:
         raise InputError(f"--cases must be positive, not {args.cases}")
     if args.collectives is not None and args.collectives <= 0:
         raise InputError(f"--collectives must be positive, not {args.collectives}")
+    if not 1 <= args.max_body <= 64:
+        raise InputError(f"--max-body must be 1..64, not {args.max_body}")
+    if not 0.0 <= args.illegal_rate <= 1.0:
+        raise InputError(f"--illegal-rate must be between 0 and 1, not {args.illegal_rate}")
     opts = UvmOptions(args.test, args.seed, args.regression, args.cases, Path(args.keep) if args.keep else None,
-                      args.collectives)
+                      args.collectives, args.max_body, args.illegal_rate)
     s = run_uvm(opts, progress=lambda m: print(f"uvm: {m}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(s))

@@ -102,6 +102,29 @@ def test_cli_json_and_bad_test_name():
     s = json.loads(r.stdout)
     assert {"passed", "failed", "tests", "coverage_percent", "uncovered"} <= set(s)
     assert s["passed"] == 1 and s["tests"][0]["name"] == "register_sweep"
+    for bad, field in ((["--max-body", "0"], "--max-body"), (["--illegal-rate", "1.5"], "--illegal-rate")):
+        r = subprocess.run([sys.executable, "-m", "gen", "uvm", *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and field in r.stderr, r.stderr
+
+
+def test_random_program_constraints_can_be_overridden(tmp_path):
+    """--max-body and --illegal-rate reach the drawn programs: the kept stimulus is what
+    draw_cases draws with those constraints, not with the defaults."""
+    from hw.isa import ArchParams
+    from verif.programs import draw_cases, systems
+    r = subprocess.run([sys.executable, "-m", "gen", "uvm", "--test", "random_programs", "--seed", "6",
+                        "--cases", "2", "--max-body", "3", "--illegal-rate", "1", "--keep", str(tmp_path),
+                        "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["passed"] == 1
+    tdir = tmp_path / "tests" / "random_programs-6"
+    arch = ArchParams.from_json(json.loads((tdir / "config.json").read_text())["arch"])
+    kept = json.loads((tdir / "cases.json").read_text())
+
+    def drawn(**kw):
+        return [[[f"{w:x}" for w in p] for p in c.programs] for c in draw_cases(systems(arch=arch, **kw), 6, 2)]
+    assert kept == drawn(max_body=3, illegal_rate=1.0)
+    assert kept != drawn(max_body=12, illegal_rate=0.05)
 
 
 def test_plan_and_merge():

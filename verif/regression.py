@@ -34,6 +34,8 @@ class UvmOptions:
     cases: int = 3                   # random programs per random_programs test
     keep: Path | None = None         # keep the per-test logs here
     collectives: int | None = None   # collective_capture_replay: the schedule's first N only (None: all)
+    max_body: int = 12               # random_programs: at most this many drawn instructions per program
+    illegal_rate: float = 0.05       # random_programs: chance of an illegal instruction word at each draw
 
 
 def plan(opts: UvmOptions) -> list[tuple[str, int]]:
@@ -59,7 +61,8 @@ def run_uvm(opts: UvmOptions, progress=lambda m: None) -> dict:
         bus_bits = loaded.manifest["bus_bits"]
         build_dir, cached = build(loaded.arch, bus_bits, progress)
         cfg = {"compiled": str(work / "compiled"), "arch": loaded.arch.to_json(), "bus_bits": bus_bits,
-               "cases": opts.cases, "collectives": opts.collectives}
+               "cases": opts.cases, "collectives": opts.collectives,
+               "max_body": opts.max_body, "illegal_rate": opts.illegal_rate}
         if any(name == "collective_capture_replay" for name, _ in tests):
             from verif.schedule import prepare
             cfg["schedule"] = str(prepare(loaded.arch, progress))

@@ -403,8 +403,10 @@ class RandomProgramsTest(BaseTest):
 
     def cases(self) -> list:
         from verif.programs import draw_cases, systems
-        return draw_cases(systems(arch=self.arch, max_body=12, illegal_rate=0.05), self.cfg["seed"],
-                          self.cfg.get("cases", 4))
+        # the constraints a user may override (gen uvm --max-body, --illegal-rate)
+        return draw_cases(systems(arch=self.arch, max_body=self.cfg.get("max_body", 12),
+                                  illegal_rate=self.cfg.get("illegal_rate", 0.05)),
+                          self.cfg["seed"], self.cfg.get("cases", 4))
 
     async def body(self):
         from gen.result import run_golden
