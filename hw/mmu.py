@@ -412,9 +412,11 @@ class CommandUnit(wiring.Component):
         n = self._arch.tlb_entries
         same, free = Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
+            # one compare of the whole key: a term shared with COMMIT's context match
+            # would be a net Verilator evaluates on every cycle, outside both states
             m.d.sync += [
-                same[k].eq(e.valid & (e.ctx == c.ctx) & (e.staged == c.staged)
-                           & (e.size == c.size) & (e.vpn == vpn)),
+                same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
+                           == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
                 free[k].eq(~e.valid),
             ]
         return same, free
