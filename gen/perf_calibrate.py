@@ -117,14 +117,23 @@ def run_calibration(engine: str = "verilator", progress=lambda m: None) -> Engin
     return calibrate(runs)
 
 
+def measure_validation(cases=VALIDATION, engine: str = "verilator", progress=lambda m: None) -> list:
+    """Each validation case run on the RTL: (name, features, measured cycles)."""
+    out = []
+    for case in cases:
+        progress(f"validation run: {case.name}")
+        out.append(measure(case, engine))
+    return out
+
+
+def prediction_rows(costs: EngineCosts, measured: list) -> list[dict]:
+    """Predicted against measured cycles and the relative error, for runs of :func:`measure_validation`."""
+    return [{"run": name, "predicted_cycles": predict_cycles(feats, costs), "measured_cycles": cycles,
+             "lower_bound_cycles": feats.beats, "error": (predict_cycles(feats, costs) - cycles) / cycles}
+            for name, feats, cycles in measured]
+
+
 def check_predictions(costs: EngineCosts, cases=VALIDATION, engine: str = "verilator",
                       progress=lambda m: None) -> list[dict]:
     """Each case's predicted and measured cycles and the relative error."""
-    rows = []
-    for case in cases:
-        progress(f"validation run: {case.name}")
-        name, feats, cycles = measure(case, engine)
-        pred = predict_cycles(feats, costs)
-        rows.append({"run": name, "predicted_cycles": pred, "measured_cycles": cycles,
-                     "lower_bound_cycles": feats.beats, "error": (pred - cycles) / cycles})
-    return rows
+    return prediction_rows(costs, measure_validation(cases, engine, progress))

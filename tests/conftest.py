@@ -29,14 +29,33 @@ def tiny_state(tiny):
     return random_state_dict(tiny, seed=0)
 
 
-# ---- real verl captures (tiny-qwen2 on CPU ranks), once per worker, shared by the
-# capture and collective tests; the FSDP2 ones record every collective's tensors
+# ---- real verl captures (tiny-qwen2 on CPU ranks), once per test run, shared by the
+# capture, collective and perf tests of every xdist worker (a file lock in the run's
+# shared temporary directory: the first worker captures, the others read its trace);
+# the FSDP2 ones record every collective's tensors
+def _run_root(tmp_path_factory) -> Path:
+    """A directory shared by this run's xdist workers (pytest's base temp for one process)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def capture_trace(tmp_path_factory, strategy, world, **kw):
+    import fcntl
+    import json
+
     from model.capture import capture, read_trace
-    out = tmp_path_factory.mktemp(f"cap-{strategy}-w{world}") / "trace.jsonl"
-    summary = capture("tiny-qwen2", strategy, world, out, progress=lambda msg: None,
-                      timeout=150 * world, **kw)
-    assert summary["out"] == str(out)
+    opts = "-".join(f"{k}={v}" for k, v in sorted(kw.items())) or "plain"
+    d = _run_root(tmp_path_factory) / f"cap-{strategy}-w{world}-{opts}"
+    d.mkdir(parents=True, exist_ok=True)
+    out = d / "trace.jsonl"
+    with open(d / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = d / "summary.json"
+        if not done.is_file():
+            summary = capture("tiny-qwen2", strategy, world, out, progress=lambda msg: None,
+                              timeout=150 * world, **kw)
+            assert summary["out"] == str(out)
+            done.write_text(json.dumps(summary, default=str))
     trace = read_trace(out)
     trace["path"] = str(out)
     return trace
