@@ -4,15 +4,20 @@
 testbench (``--binary --timing``) or a C++ harness (``--cc --exe``, no
 timing scheduler: :mod:`gen.harness`); the executable lands in
 ``build/verilator/<hash>/`` and a second call with the same sources and
-flags reuses it without rebuilding.
+flags reuses it without rebuilding. Processes asking for the same simulator at
+once build it once (a file lock per hash); ``build.json`` beside it records
+what was built and how long it took.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from gen.verilog import find_cxx, find_verilator, verilator_flags
@@ -81,6 +86,17 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
     if binary.is_file():
         return binary, True
     out.parent.mkdir(parents=True, exist_ok=True)
+    # one build per key at a time: a second process (a pytest worker, a sweep task) waits for it
+    with open(out.parent / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.is_file():
+            return binary, True
+        _build(exe, sources, top, flags, key, out, name, jobs, progress, train)
+    return binary, False
+
+
+def _build(exe, sources, top, flags, key, out: Path, name: str, jobs: int, progress, train) -> None:
+    t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
     try:
         for fname, text in sources:
@@ -111,10 +127,13 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
             raise InputError(f"Verilator build of {top} failed: {(err or r.stderr.splitlines() or ['?'])[0]}")
         shutil.move(str(built), tmp / name)
         shutil.rmtree(tmp / "obj", ignore_errors=True)
+        # what was built and how long it took, beside it (build times are otherwise lost)
+        (tmp / "build.json").write_text(json.dumps({
+            "top": top, "verilog_bytes": sum(len(t) for _, t in sources), "pgo": bool(train),
+            "seconds": round(time.perf_counter() - t0, 1), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return binary, False

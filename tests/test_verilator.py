@@ -118,3 +118,29 @@ def test_sim_cli_verilator_json(tmp_path):
     assert d["verified"] and d["golden_agrees"] and d["cycles"] >= d["lower_bound_cycles"] > 0
     assert {"plan_compile", "reference", "golden", "write", "simulator_build", "simulation", "checks",
             "total"} <= set(d["wall_s"]) and d["peak_rss_bytes"] > 1 << 20
+
+
+_RACE = """
+import sys
+from pathlib import Path
+from gen.verilator import build_binary
+src = [("count.v", "module count(input clk); reg [7:0] n = 0; always @(posedge clk) n <= n + 1; "
+                   "initial begin #10 $finish; end endmodule")]
+exe, cached = build_binary(src, "count", cache=Path(sys.argv[1]))
+print(exe, cached)
+"""
+
+
+def test_two_processes_building_one_simulator_build_it_once(tmp_path):
+    """Two processes asking for the same simulator at once: one builds it (and records its
+    build time beside it), the other waits and reuses it."""
+    import json
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0][0] == outs[1][0] and sorted(o[1] for o in outs) == ["False", "True"]
+    built = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert len(built) == 1, built
+    info = json.loads((built[0] / "build.json").read_text())
+    assert info["top"] == "count" and info["seconds"] > 0
