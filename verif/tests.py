@@ -57,6 +57,16 @@ def backdoor_read_range(dut, device: int, start: int, nbytes: int, word_bytes: i
     return raw[start - lo * word_bytes:start - lo * word_bytes + nbytes]
 
 
+def check_memory(dut, device: int, expected, word_bytes: int, what: str) -> None:
+    """A device's whole memory, read through the back door, against ``expected``; the first
+    differing byte is named (``what`` says which case)."""
+    mem = backdoor_read(dut, device, len(expected), word_bytes)
+    if mem != bytes(expected):
+        i = next(i for i in range(len(mem)) if mem[i] != expected[i])
+        raise AssertionError(f"{what} device {device}: memory byte {i:#x} is {mem[i]:#04x}, "
+                             f"golden {int(expected[i]):#04x}")
+
+
 class BaseTest(uvm_test):
     """Common: configuration into the ConfigDB, the environment, the record at the end."""
     expected: list | None = None
@@ -174,10 +184,7 @@ class ReshardReplayTest(BaseTest):
                 raise AssertionError(f"device {d}: DESCRIPTORS {st['descriptors']}, golden {self.golden.descriptors[d]}")
         await ClockCycles(self.dut.clk, 2)
         for d in range(self.arch.devices):
-            got = backdoor_read(self.dut, d, len(self.expected[d]), wb)
-            if got != self.expected[d]:
-                i = next(i for i in range(len(got)) if got[i] != self.expected[d][i])
-                raise AssertionError(f"device {d} memory byte {i:#x}: {got[i]:#04x}, golden {self.expected[d][i]:#04x}")
+            check_memory(self.dut, d, self.expected[d], wb, "reshard")
             # the front door agrees with the back door on the first words written
             sample = MemReadSeq("peek", d, list(range(4)), wb)
             await sample.start(self.env.seqr)
@@ -306,11 +313,7 @@ class RandomProgramsTest(BaseTest):
                     raise AssertionError(f"case {k} device {d}: fault records {got_f}, golden {want_f}")
                 if overlap:
                     continue
-                mem = backdoor_read(self.dut, d, self.arch.mem_bytes, wb)
-                if mem != bytes(gold.memories[d]):
-                    i = next(i for i in range(len(mem)) if mem[i] != gold.memories[d][i])
-                    raise AssertionError(f"case {k} device {d}: memory byte {i:#x} is {mem[i]:#04x}, "
-                                         f"golden {int(gold.memories[d][i]):#04x}")
+                check_memory(self.dut, d, gold.memories[d], wb, f"case {k}")
 
 
 class DirectedFaultsTest(RandomProgramsTest):

@@ -12,7 +12,7 @@ import numpy as np
 
 from verif import coverage
 from verif.sequences import MemReadSeq
-from verif.tests import BaseTest, _ending, backdoor_read, backdoor_read_range, backdoor_zero
+from verif.tests import BaseTest, _ending, backdoor_read_range, backdoor_zero, check_memory
 
 
 class CollectiveReplayTest(BaseTest):
@@ -50,11 +50,7 @@ class CollectiveReplayTest(BaseTest):
                 if _ending(st) != f"{gold.status[d]}/{gold.cause[d]}":
                     raise AssertionError(f"{dtype} all-reduce device {d}: ended {_ending(st)}, golden "
                                          f"{gold.status[d]}/{gold.cause[d]}")
-                mem = backdoor_read(self.dut, d, self.arch.mem_bytes, wb)
-                if mem != bytes(gold.memories[d]):
-                    i = next(i for i in range(len(mem)) if mem[i] != gold.memories[d][i])
-                    raise AssertionError(f"{dtype} all-reduce device {d}: byte {i:#x} is {mem[i]:#04x}, "
-                                         f"golden {int(gold.memories[d][i]):#04x}")
+                check_memory(self.dut, d, gold.memories[d], wb, f"{dtype} all-reduce")
 
 
 class CollectiveCaptureReplayTest(BaseTest):
