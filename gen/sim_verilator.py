@@ -85,7 +85,11 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
     design, _ = compile_shared_modules_once(design)
     if harness == "cxx":
         from gen import harness as cxx
+        from gen.verilog_rewrite import next_state_into_clocked_blocks, payload_logic_under_valid
         design, _ = cxx.without_reset(design)       # the harness ties rst low
+        # logic Verilator would evaluate every cycle, idle or not, moved under its conditions
+        design, _ = payload_logic_under_valid(design)
+        design, _ = next_state_into_clocked_blocks(design)
         return [("reshard_system.v", design), ("reshard_sram.v", SRAM_VERILOG),
                 ("reshard_harness.v", cxx.wrapper(arch.devices, top.module)),
                 ("harness.cpp", cxx.generate(arch.devices, arch.mem_bytes, arch.imem_words,
