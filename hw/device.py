@@ -31,7 +31,7 @@ the coprocessor keeps.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
@@ -121,6 +121,10 @@ class NetworkPort(wiring.Component):
         Depth of each outgoing per-destination queue.
     ack_depth : int
         Depth of the queue of incoming acks.
+    register_local : bool
+        Local beats reach memory through a :class:`hw.lib.RegisterSlice` (a
+        cycle later, acknowledged when the memory takes them): with a shared
+        write port, its grant then depends on no unregistered DMA write.
 
     Interface attributes
     --------------------
@@ -142,8 +146,10 @@ class NetworkPort(wiring.Component):
         Every outgoing queue is empty.
     """
 
-    def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth):
+    def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth,
+                 register_local=False):
         self._arch, self._local_dev = arch, local_dev
+        self._register_local = bool(register_local)
         self._net_depth, self._ack_depth = net_depth, ack_depth
         C, D = arch.channels, arch.devices
         mem_addr = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
@@ -175,8 +181,21 @@ class NetworkPort(wiring.Component):
         local, remote = Signal(), Signal()
         plain_here = (wr.p.dev == me) & (wr.p.op == ReduceOp.WRITE)
         m.d.comb += [local.eq(wr.valid & plain_here), remote.eq(wr.valid & ~plain_here)]
-        m.d.comb += [self.local_w.valid.eq(local), self.local_w.p.addr.eq(wr.p.addr),
-                     self.local_w.p.data.eq(wr.p.data), self.local_w.p.be.eq(wr.p.be)]
+        # local beats: into memory now, or through a register slice
+        beat = stream.Signature(data.StructLayout({
+            "req": WriteRequest(self._mem_addr, self._data_width),
+            "chan": len(wr.p.chan)})).create(path=("local_beat",))
+        m.d.comb += [beat.valid.eq(local), beat.p.req.addr.eq(wr.p.addr),
+                     beat.p.req.data.eq(wr.p.data), beat.p.req.be.eq(wr.p.be),
+                     beat.p.chan.eq(wr.p.chan)]
+        if self._register_local:
+            m.submodules.local_slice = local_slice = RegisterSlice(beat.p.shape())
+            wiring.connect(m, beat, local_slice.i)
+            into_mem = local_slice.o
+        else:
+            into_mem = beat
+        m.d.comb += [self.local_w.valid.eq(into_mem.valid), self.local_w.p.eq(into_mem.p.req),
+                     into_mem.ready.eq(self.local_w.ready)]
         msg = Signal(self._request)
         with m.If(remote):
             m.d.comb += [msg.dst.eq(wr.p.dev), msg.kind.eq(NetKind.WRITE), msg.chan.eq(wr.p.chan),
@@ -196,8 +215,8 @@ class NetworkPort(wiring.Component):
             with m.If(msg.dst == j):
                 m.d.comb += queued.eq(q.w.ready)
         written = Signal()                       # a local beat entered memory
-        m.d.comb += [written.eq(local & self.local_w.ready),
-                     wr.ready.eq(Mux(plain_here, self.local_w.ready, queued)),
+        m.d.comb += [written.eq(into_mem.valid & into_mem.ready),
+                     wr.ready.eq(Mux(plain_here, beat.ready, queued)),
                      self.sig.ready.eq(~remote & queued),
                      self.idle.eq(empty.all())]
         # acks to the DMA: a local beat's at once, else a remote one's
@@ -205,7 +224,7 @@ class NetworkPort(wiring.Component):
         m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
                      self.ack_in.ready.eq(acks.w.ready),
                      self.wr_ack.valid.eq(written | acks.r.valid),
-                     self.wr_ack.p.eq(Mux(written, wr.p.chan, acks.r.payload)),
+                     self.wr_ack.p.eq(Mux(written, into_mem.p.chan, acks.r.payload)),
                      acks.r.ready.eq(~written & self.wr_ack.ready)]
         self._incoming(m, nin)
         return m
@@ -385,7 +404,8 @@ class Device(wiring.Component):
         m.submodules.hostport = hp = self.hostport
         m.submodules.net = net = NetworkPort(arch, local_dev=self._index,
                                              data_width=self._data_width,
-                                             net_depth=self._net_depth, ack_depth=self._ack_depth)
+                                             net_depth=self._net_depth, ack_depth=self._ack_depth,
+                                             register_local=self.mem.shared_write)
         m.submodules.commit_bytes = cb = CommitBytes(arch, self._index)
 
         # host port: registers, instruction memory, windows onto data memory and the TLB

@@ -1,7 +1,7 @@
 """Descriptor feeder: per-channel descriptor queues, arbitrated into the DMA."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Shape, Signal
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,9 +17,11 @@ class DescriptorFeeder(wiring.Component):
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
     others). A channel *qualifies* when its queue is not empty and the DMA
-    has a free slot for its next descriptor (``free_slots``, less the one the
-    offer now being taken fills) or it has faulted (the DMA takes, and
-    drops, anything then); the qualifying channels share ``desc``
+    has a free slot for its next descriptor or it has faulted (the DMA
+    takes, and drops, anything then). The free slots are counted from a
+    register: the DMA's ``free_slots`` of the previous cycle less the offer
+    taken then (a slot freed in that cycle is seen a cycle late), less the
+    offer now being taken; the qualifying channels share ``desc``
     round-robin (:class:`hw.lib.RoundRobin`). The offer on ``desc`` is a
     register (one cycle from queue to DMA), loaded when empty or taken; so
     the DMA always has room for what is offered and takes it at once.
@@ -90,6 +92,11 @@ class DescriptorFeeder(wiring.Component):
             m.submodules[f"queue{c}"] = q = Queue(layout, self._depth)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
+            # the DMA's free slots after this cycle's offer (taken at once),
+            # registered: its free_slots logic stays out of the arbiter's path
+            slots = Signal(range(3), name=f"slots{c}")
+            m.d.sync += slots.eq(Mux(self.free_slots[c] > offered[c],
+                                     self.free_slots[c] - offered[c], 0))
             m.d.comb += [
                 q.w.valid.eq(self.w.valid & (self.w.p.chan == c)),
                 q.w.payload.eq(self.w.payload),
@@ -97,7 +104,7 @@ class DescriptorFeeder(wiring.Component):
                 empty[c].eq(q.level == 0),
                 offered[c].eq(self.desc.valid & (self.desc.p.chan == c)),
                 # a free slot beyond the one the offer (being taken) will fill
-                eligible[c].eq(q.r.valid & ((self.free_slots[c] > offered[c]) | st[c].error)),
+                eligible[c].eq(q.r.valid & ((slots > offered[c]) | st[c].error)),
                 arb.requests[c].eq(eligible[c]),
                 pop.eq(load & arb.valid & (arb.grant == c)),
                 q.r.ready.eq(self.flush | pop),
