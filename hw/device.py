@@ -83,10 +83,15 @@ class CommitBytes(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # counted in smallest pages (short adders), in a balanced tree
+        sizes = self._arch.page_sizes
+        units = tuple(p // sizes[0] for p in sizes)
         terms = [Mux(e.valid & e.staged & (e.ctx == self.ctx) & (e.dev == self._local_dev),
-                     page_bytes(self._arch.page_sizes, e.size), 0)
+                     page_bytes(units, e.size), 0)
                  for e in self.entries]
-        m.d.comb += self.total.eq(sum(terms))
+        while len(terms) > 1:
+            terms = [a + b for a, b in zip(terms[0::2], terms[1::2])] + terms[len(terms) & ~1:]
+        m.d.comb += self.total.eq(terms[0] << exact_log2(sizes[0]))
         return m
 
 
