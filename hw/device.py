@@ -17,8 +17,9 @@ r"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
    ack_in --> |                           acks -> DMA wr_ack (local first)
               +--------------------------------------------------------------+
 
-:class:`NetworkPort` routes the DMA's write beats (local ones straight into
-memory write port 0, acknowledged in the same cycle; remote ones, reduce
+:class:`NetworkPort` routes the DMA's write beats (local ones into memory
+write port 0, straight or, with a shared write port, through a register
+slice, acknowledged when the memory takes them; remote ones, reduce
 beats (ISA v2) wherever they go, and SIGNALs through one queue per
 destination) and serves the network side (incoming beats into write port 1,
 acknowledged when accepted, so an ack means "visible"; incoming reduce beats
@@ -99,8 +100,9 @@ class NetworkPort(wiring.Component):
     """A device's port on the interconnect, and where its DMA's writes go.
 
     * Outgoing: a plain DMA write beat for this device (``dev`` =
-      ``local_dev``) goes straight into memory (``local_w``) and is
-      acknowledged in the cycle the memory takes it; a beat for another
+      ``local_dev``) goes into memory (``local_w``; straight, or a cycle
+      later with ``register_local``) and is acknowledged in the cycle the
+      memory takes it; a beat for another
       device, a reduce beat (``op`` an add, ISA v2) for any device, this one
       included, and every SIGNAL from the coprocessor (write beats first),
       goes into the queue of its destination, leaving on ``net_out[dst]``:
