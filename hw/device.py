@@ -17,8 +17,9 @@ r"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
    ack_in --> |                           acks -> DMA wr_ack (local first)
               +--------------------------------------------------------------+
 
-:class:`NetworkPort` routes the DMA's write beats (local ones straight into
-memory write port 0, acknowledged in the same cycle; remote ones, reduce
+:class:`NetworkPort` routes the DMA's write beats (local ones into memory
+write port 0, straight or, with a shared write port, through a register
+slice, acknowledged when the memory takes them; remote ones, reduce
 beats (ISA v2) wherever they go, and SIGNALs through one queue per
 destination) and serves the network side (incoming beats into write port 1,
 acknowledged when accepted, so an ack means "visible"; incoming reduce beats
@@ -31,7 +32,7 @@ the coprocessor keeps.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
@@ -83,10 +84,15 @@ class CommitBytes(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # counted in smallest pages (short adders), in a balanced tree
+        sizes = self._arch.page_sizes
+        units = tuple(p // sizes[0] for p in sizes)
         terms = [Mux(e.valid & e.staged & (e.ctx == self.ctx) & (e.dev == self._local_dev),
-                     page_bytes(self._arch.page_sizes, e.size), 0)
+                     page_bytes(units, e.size), 0)
                  for e in self.entries]
-        m.d.comb += self.total.eq(sum(terms))
+        while len(terms) > 1:
+            terms = [a + b for a, b in zip(terms[0::2], terms[1::2])] + terms[len(terms) & ~1:]
+        m.d.comb += self.total.eq(terms[0] << exact_log2(sizes[0]))
         return m
 
 
@@ -94,8 +100,9 @@ class NetworkPort(wiring.Component):
     """A device's port on the interconnect, and where its DMA's writes go.
 
     * Outgoing: a plain DMA write beat for this device (``dev`` =
-      ``local_dev``) goes straight into memory (``local_w``) and is
-      acknowledged in the cycle the memory takes it; a beat for another
+      ``local_dev``) goes into memory (``local_w``; straight, or a cycle
+      later with ``register_local``) and is acknowledged in the cycle the
+      memory takes it; a beat for another
       device, a reduce beat (``op`` an add, ISA v2) for any device, this one
       included, and every SIGNAL from the coprocessor (write beats first),
       goes into the queue of its destination, leaving on ``net_out[dst]``:
@@ -121,6 +128,10 @@ class NetworkPort(wiring.Component):
         Depth of each outgoing per-destination queue.
     ack_depth : int
         Depth of the queue of incoming acks.
+    register_local : bool
+        Local beats reach memory through a :class:`hw.lib.RegisterSlice` (a
+        cycle later, acknowledged when the memory takes them): with a shared
+        write port, its grant then depends on no unregistered DMA write.
 
     Interface attributes
     --------------------
@@ -142,8 +153,10 @@ class NetworkPort(wiring.Component):
         Every outgoing queue is empty.
     """
 
-    def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth):
+    def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth,
+                 register_local=False):
         self._arch, self._local_dev = arch, local_dev
+        self._register_local = bool(register_local)
         self._net_depth, self._ack_depth = net_depth, ack_depth
         C, D = arch.channels, arch.devices
         mem_addr = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
@@ -175,8 +188,21 @@ class NetworkPort(wiring.Component):
         local, remote = Signal(), Signal()
         plain_here = (wr.p.dev == me) & (wr.p.op == ReduceOp.WRITE)
         m.d.comb += [local.eq(wr.valid & plain_here), remote.eq(wr.valid & ~plain_here)]
-        m.d.comb += [self.local_w.valid.eq(local), self.local_w.p.addr.eq(wr.p.addr),
-                     self.local_w.p.data.eq(wr.p.data), self.local_w.p.be.eq(wr.p.be)]
+        # local beats: into memory now, or through a register slice
+        beat = stream.Signature(data.StructLayout({
+            "req": WriteRequest(self._mem_addr, self._data_width),
+            "chan": len(wr.p.chan)})).create(path=("local_beat",))
+        m.d.comb += [beat.valid.eq(local), beat.p.req.addr.eq(wr.p.addr),
+                     beat.p.req.data.eq(wr.p.data), beat.p.req.be.eq(wr.p.be),
+                     beat.p.chan.eq(wr.p.chan)]
+        if self._register_local:
+            m.submodules.local_slice = local_slice = RegisterSlice(beat.p.shape())
+            wiring.connect(m, beat, local_slice.i)
+            into_mem = local_slice.o
+        else:
+            into_mem = beat
+        m.d.comb += [self.local_w.valid.eq(into_mem.valid), self.local_w.p.eq(into_mem.p.req),
+                     into_mem.ready.eq(self.local_w.ready)]
         msg = Signal(self._request)
         with m.If(remote):
             m.d.comb += [msg.dst.eq(wr.p.dev), msg.kind.eq(NetKind.WRITE), msg.chan.eq(wr.p.chan),
@@ -196,8 +222,8 @@ class NetworkPort(wiring.Component):
             with m.If(msg.dst == j):
                 m.d.comb += queued.eq(q.w.ready)
         written = Signal()                       # a local beat entered memory
-        m.d.comb += [written.eq(local & self.local_w.ready),
-                     wr.ready.eq(Mux(plain_here, self.local_w.ready, queued)),
+        m.d.comb += [written.eq(into_mem.valid & into_mem.ready),
+                     wr.ready.eq(Mux(plain_here, beat.ready, queued)),
                      self.sig.ready.eq(~remote & queued),
                      self.idle.eq(empty.all())]
         # acks to the DMA: a local beat's at once, else a remote one's
@@ -205,7 +231,7 @@ class NetworkPort(wiring.Component):
         m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
                      self.ack_in.ready.eq(acks.w.ready),
                      self.wr_ack.valid.eq(written | acks.r.valid),
-                     self.wr_ack.p.eq(Mux(written, wr.p.chan, acks.r.payload)),
+                     self.wr_ack.p.eq(Mux(written, into_mem.p.chan, acks.r.payload)),
                      acks.r.ready.eq(~written & self.wr_ack.ready)]
         self._incoming(m, nin)
         return m
@@ -385,7 +411,8 @@ class Device(wiring.Component):
         m.submodules.hostport = hp = self.hostport
         m.submodules.net = net = NetworkPort(arch, local_dev=self._index,
                                              data_width=self._data_width,
-                                             net_depth=self._net_depth, ack_depth=self._ack_depth)
+                                             net_depth=self._net_depth, ack_depth=self._ack_depth,
+                                             register_local=self.mem.shared_write)
         m.submodules.commit_bytes = cb = CommitBytes(arch, self._index)
 
         # host port: registers, instruction memory, windows onto data memory and the TLB

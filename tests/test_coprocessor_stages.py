@@ -467,6 +467,7 @@ def test_counters_count_bytes_per_channel_and_clear():
         ctx.set(dut.commit_bytes, 4 * PG)
         await ctx.tick()
         ctx.set(dut.committed, 0)
+        await ctx.tick()                         # added a cycle after the COMMIT
         ctx.set(dut.restart, 1)
         assert ctx.get(dut.bytes_remapped) == 4 * PG
         await ctx.tick()

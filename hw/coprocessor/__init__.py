@@ -36,7 +36,8 @@ free_slots, chan_status --> DescriptorFeeder ==desc==> (DMA)                --fl
 * :class:`~.issue.CopyIssue` (``issue.py``): a COPY becomes a descriptor.
 * :class:`~.feeder.DescriptorFeeder` (``feeder.py``): per-channel
   descriptor queues, round-robin into the DMA whenever the DMA has a free
-  slot for the channel (its ``free_slots``), through a registered offer;
+  slot for the channel (its ``free_slots``, registered), through a
+  late-ready :class:`hw.lib.RegisterSlice`;
   per-channel completion (``done``).
 * :class:`~.sync.SyncUnit` (``sync.py``): FENCE, SIGNAL, WAIT, HALT, the
   semaphores and the unfenced-channel set.

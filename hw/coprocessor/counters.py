@@ -40,7 +40,9 @@ class Counters(wiring.Component):
     issued : ``In(channels)``
         A COPY was issued (one-hot channel).
     committed : ``In(1)``, commit_bytes : ``In(commit_bytes_shape(arch))``
-        A COMMIT was sent, making ``commit_bytes`` zero-copy bytes active.
+        A COMMIT was sent, making ``commit_bytes`` zero-copy bytes active
+        (both registered and added a cycle later: the sum of the TLB's pages
+        and the wide add are then in different cycles).
     cycles : ``Out(counter_width)``
     chan_bytes : ``Out(counter_width).array(channels)``
     descriptors : ``Out(counter_shape(imem_words))``
@@ -66,6 +68,9 @@ class Counters(wiring.Component):
         m = Module()
         nbytes = Signal(range(len(self.beat.be) + 1))
         m.d.comb += nbytes.eq(beat_bytes(self.beat.be))
+        committed, commit_bytes = Signal(), Signal.like(self.commit_bytes)
+        m.d.sync += [committed.eq(self.committed & ~self.restart),
+                     commit_bytes.eq(self.commit_bytes)]
         with m.If(self.restart):
             m.d.sync += [self.cycles.eq(0), self.descriptors.eq(0), self.bytes_remapped.eq(0)]
         with m.Else():
@@ -73,8 +78,8 @@ class Counters(wiring.Component):
                 m.d.sync += self.cycles.eq(self.cycles + 1)
             with m.If(self.issued.any()):
                 m.d.sync += self.descriptors.eq(self.descriptors + 1)
-            with m.If(self.committed):
-                m.d.sync += self.bytes_remapped.eq(self.bytes_remapped + self.commit_bytes)
+            with m.If(committed):
+                m.d.sync += self.bytes_remapped.eq(self.bytes_remapped + commit_bytes)
         for c, count in enumerate(self.chan_bytes):
             with m.If(self.restart | self.begin):
                 m.d.sync += count.eq(0)

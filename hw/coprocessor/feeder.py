@@ -1,12 +1,12 @@
 """Descriptor feeder: per-channel descriptor queues, arbitrated into the DMA."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Shape, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
-from ..lib import Queue, RoundRobin
+from ..lib import Queue, RegisterSlice, RoundRobin
 
 __all__ = ["DescriptorFeeder"]
 
@@ -17,12 +17,16 @@ class DescriptorFeeder(wiring.Component):
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
     others). A channel *qualifies* when its queue is not empty and the DMA
-    has a free slot for its next descriptor (``free_slots``, less the one the
-    offer now being taken fills) or it has faulted (the DMA takes, and
-    drops, anything then); the qualifying channels share ``desc``
-    round-robin (:class:`hw.lib.RoundRobin`). The offer on ``desc`` is a
-    register (one cycle from queue to DMA), loaded when empty or taken; so
-    the DMA always has room for what is offered and takes it at once.
+    has a free slot for its next descriptor or it has faulted (the DMA
+    takes, and drops, anything then). The free slots are counted from a
+    register: the DMA's ``free_slots`` of the previous cycle less the offer
+    taken then (a slot freed in that cycle is seen a cycle late), less the
+    channel's offers not yet taken; the qualifying channels share ``desc``
+    round-robin (:class:`hw.lib.RoundRobin`). The offers go through a
+    :class:`hw.lib.RegisterSlice` (``late_ready``: one cycle from queue to
+    DMA, and the DMA's ready reaches only its pointers and the per-channel
+    counts, never the arbiter); the DMA always has room for what is offered
+    and takes it at once.
 
     Per channel, the descriptors that left its queue are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
@@ -79,47 +83,61 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        # the offer is a register: loaded when empty or taken, with the head of
-        # the next qualifying queue
-        load = Signal()
-        m.d.comb += load.eq(~self.desc.valid | self.desc.ready)
+        # the offer: a two-register queue whose input side is ready from a
+        # register, so the DMA's (late) ready never reaches the arbiter or the
+        # queues
+        m.submodules.offer = offer = RegisterSlice(layout, late_ready=True)
+        wiring.connect(m, offer.o, wiring.flipped(self.desc))
+        push = Signal()
+        m.d.comb += push.eq(offer.i.ready & arb.valid & ~self.flush)
+        taken = self.desc.valid & self.desc.ready
         eligible = Signal(C)
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
-        w_ready, empty, offered = Signal(C), Signal(C), Signal(C)
+        w_ready, empty, held = Signal(C), Signal(C), Signal(C)
+        heads = []
         for c in range(C):
             m.submodules[f"queue{c}"] = q = Queue(layout, self._depth)
+            heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
+            gone = taken & (self.desc.p.chan == c)
+            # the channel's descriptors in the offer queue (0..2)
+            offered = Signal(range(3), name=f"offered{c}")
+            with m.If(self.flush):
+                m.d.sync += offered.eq(0)
+            with m.Else():
+                m.d.sync += offered.eq(offered + pop - gone)
+            # the DMA's free slots after this cycle's take, registered (a slot
+            # freed in this cycle is seen a cycle late)
+            slots = Signal(range(3), name=f"slots{c}")
+            m.d.sync += slots.eq(Mux(self.free_slots[c] > gone, self.free_slots[c] - gone, 0))
             m.d.comb += [
                 q.w.valid.eq(self.w.valid & (self.w.p.chan == c)),
                 q.w.payload.eq(self.w.payload),
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(q.level == 0),
-                offered[c].eq(self.desc.valid & (self.desc.p.chan == c)),
-                # a free slot beyond the one the offer (being taken) will fill
-                eligible[c].eq(q.r.valid & ((self.free_slots[c] > offered[c]) | st[c].error)),
+                held[c].eq(offered != 0),
+                # a free slot beyond those the offers will fill
+                eligible[c].eq(q.r.valid & ((slots > offered) | st[c].error)),
                 arb.requests[c].eq(eligible[c]),
-                pop.eq(load & arb.valid & (arb.grant == c)),
+                pop.eq(push & (arb.grant == c)),
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
-            m.d.sync += self.done[c].eq(empty[c] & ~offered[c] & ~st[c].busy & ~written
+            m.d.sync += self.done[c].eq(empty[c] & ~held[c] & ~st[c].busy & ~written
                                         & ~self.flush
                                         & ((issued == st[c].done_count) | st[c].error))
-            with m.If(load & (arb.grant == c)):
-                m.d.sync += self.desc.payload.eq(q.r.payload)
             with m.If(self.flush):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        with m.If(self.flush):
-            m.d.sync += self.desc.valid.eq(0)
-        with m.Elif(load):
-            m.d.sync += self.desc.valid.eq(arb.valid)
         m.d.comb += [
+            offer.i.valid.eq(push),
+            offer.i.payload.eq(Array(heads)[arb.grant]),
+            offer.flush.eq(self.flush),
             self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
-            arb.advance.eq(load & ~self.flush),
-            self.drained.eq(empty.all() & ~self.desc.valid & ~Cat(*[s.busy for s in st]).any()
+            arb.advance.eq(push),
+            self.drained.eq(empty.all() & ~held.any() & ~Cat(*[s.busy for s in st]).any()
                             & ~Cat(*[s.error for s in st]).any()),
         ]
         return m

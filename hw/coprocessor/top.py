@@ -207,7 +207,9 @@ class Coprocessor(wiring.Component):
         C = arch.channels
         m.submodules.fetch = fetch = Fetch(arch.imem_words, self._program)
         m.submodules.decode = decode = Decoder(arch)
-        m.submodules.decoded = decoded = RegisterSlice(Decoded(arch.imem_words))
+        # a two-register queue: the sequencer's late ready reaches a few flip-flops,
+        # not the enables of the whole decoded instruction
+        m.submodules.decoded = decoded = RegisterSlice(Decoded(arch.imem_words), late_ready=True)
         m.submodules.sequencer = seq = Sequencer(arch.imem_words)
         m.submodules.issue = issue = CopyIssue(arch)
         m.submodules.feeder = feeder = DescriptorFeeder(arch, depth=self._desc_depth)

@@ -1,7 +1,7 @@
 """The register slice: a stream stage that cuts every combinational path."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,12 +29,20 @@ class RegisterSlice(wiring.Component):
     o : ``Out(stream.Signature(shape))``
     flush : ``In(1)``
         Drop both entries (takes effect at the clock edge).
+
+    With ``late_ready=True`` the two entries are a two-register queue
+    instead: an entry is written into the free register whatever ``o.ready``
+    says, and ``o`` reads the older one through a multiplexer. ``o.ready``
+    (often late in the cycle) then reaches only the read pointer and the two
+    valid bits, not the enables of every payload flip-flop; ``o.payload``
+    pays one multiplexer level for it. The cycle behaviour is the same.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, late_ready=False):
         if Shape.cast(shape).width < 1:
             raise ValueError(f"Register slice payload must be at least 1 bit wide, not {shape!r}")
         self._shape = shape
+        self._late_ready = bool(late_ready)
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -42,8 +50,12 @@ class RegisterSlice(wiring.Component):
         })
 
     shape = property(lambda self: self._shape, doc="Payload shape.")
+    late_ready = property(lambda self: self._late_ready,
+                          doc="The entries are a two-register queue (see above).")
 
     def elaborate(self, platform):
+        if self._late_ready:
+            return self._elaborate_queue()
         m = Module()
         skid_valid = Signal()
         skid = Signal.like(self.i.payload)
@@ -60,4 +72,28 @@ class RegisterSlice(wiring.Component):
             m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         with m.If(self.flush):
             m.d.sync += [self.o.valid.eq(0), skid_valid.eq(0)]
+        return m
+
+    def _elaborate_queue(self):
+        m = Module()
+        entry = [Signal.like(self.i.payload, name=f"entry{k}") for k in range(2)]
+        full = Signal(2)
+        rd, wr = Signal(), Signal()      # the older entry; the register written next
+        # i.ready and o.valid from registers; o.payload through one multiplexer
+        m.d.comb += [self.i.ready.eq(~full.all()),
+                     self.o.valid.eq(full.bit_select(rd, 1)),
+                     self.o.payload.eq(Mux(rd, entry[1], entry[0]))]
+        # the free register loads whether or not anything arrives: its enable
+        # is a register's, never o.ready's
+        for k in range(2):
+            with m.If((wr == k) & ~full[k]):
+                m.d.sync += entry[k].eq(self.i.payload)
+        taken_in = self.i.valid & self.i.ready
+        taken_out = self.o.valid & self.o.ready
+        with m.If(taken_in):
+            m.d.sync += [full.bit_select(wr, 1).eq(1), wr.eq(~wr)]
+        with m.If(taken_out):
+            m.d.sync += [full.bit_select(rd, 1).eq(0), rd.eq(~rd)]
+        with m.If(self.flush):
+            m.d.sync += [full.eq(0), rd.eq(0), wr.eq(0)]
         return m
