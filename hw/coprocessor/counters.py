@@ -69,8 +69,11 @@ class Counters(wiring.Component):
         nbytes = Signal(range(len(self.beat.be) + 1))
         m.d.comb += nbytes.eq(beat_bytes(self.beat.be))
         committed, commit_bytes = Signal(), Signal.like(self.commit_bytes)
-        m.d.sync += [committed.eq(self.committed & ~self.restart),
-                     commit_bytes.eq(self.commit_bytes)]
+        m.d.sync += committed.eq(self.committed & ~self.restart)
+        # loaded only with a COMMIT (it is read only then): a simulator that evaluates every
+        # net every cycle (Verilator) then sums the TLB's pages on those cycles alone
+        with m.If(self.committed):
+            m.d.sync += commit_bytes.eq(self.commit_bytes)
         with m.If(self.restart):
             m.d.sync += [self.cycles.eq(0), self.descriptors.eq(0), self.bytes_remapped.eq(0)]
         with m.Else():
