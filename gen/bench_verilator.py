@@ -8,7 +8,8 @@
   testbench (``verilator-tb``) and by the C++ harness (``verilator``). Their
   cycle counts (equal) and simulated cycles per second (targets: the harness
   at least 1,000x the Amaranth simulator and 4x the Verilog testbench; each
-  figure is the best of three runs, the Verilator ones of the cached simulator), and
+  Verilator figure is the best of ten runs of the cached simulator, the
+  Amaranth one the best of three), and
   the harness built with profile-guided optimisation (``RESHARD_VERILATOR_PGO=1``);
 - small-qwen2 (11.5M parameters) ``fsdp2:dp=2`` -> ``vllm:tp=2`` on a 256-bit
   bus, compiled, run on the emitted Verilog and verified bit for bit against
@@ -45,14 +46,15 @@ def run_benchmarks() -> dict:
             if pgo_flag:
                 os.environ[PGO_ENV] = pgo_flag
             execute(tiny, engine)                       # builds (or reuses) the simulator first
-            runs[label] = max((execute(tiny, engine) for _ in range(3)), key=lambda r: r.sim_cycles_per_s)
+            # a run is 15-80 ms: best of ten, as one of three can land entirely in another job's slice
+            runs[label] = max((execute(tiny, engine) for _ in range(10)), key=lambda r: r.sim_cycles_per_s)
     finally:
         os.environ.pop(PGO_ENV, None)
         if saved is not None:
             os.environ[PGO_ENV] = saved
     vl, tb, pgo = runs["verilator"], runs["verilator-tb"], runs["pgo"]
-    # best of three for the Amaranth simulator too: on a shared machine a single run may
-    # catch other jobs' load that the Verilator runs' best of three avoids
+    # best of three for the Amaranth simulator too (a run is 12-30 s): on a shared machine a
+    # single run may catch other jobs' load
     am = max((execute(tiny, "amaranth") for _ in range(3)), key=lambda r: r.sim_cycles_per_s)
     out["tiny_cycles_verilator"] = vl.cycles
     out["tiny_cycles_verilator_tb"] = tb.cycles
