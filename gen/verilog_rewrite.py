@@ -43,29 +43,37 @@ def _names(text: str) -> list[str]:
     return [t for t in _TOKEN.findall(text) if "'" not in t]
 
 
+def _blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, last) line of each ``always @*`` block."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i] == "  always @* begin":
+            out.append((i, lines.index("  end", i)))
+            i = out[-1][1]
+        i += 1
+    return out
+
+
+def _targets(block: list[str]) -> set[str]:
+    return {t.group(1).strip() for t in map(_TARGET.match, block) if t}
+
+
 def _branches(lines: list[str]) -> list[tuple[int, int]]:
     """(first, last) line of each ``if (i__valid) begin`` ... ``end`` (no ``else``) inside a
-    register's next-state block (an ``always @*`` block whose target a clocked block
-    loads), outermost first."""
+    register's next-state block (an ``always @*`` block whose target a clocked block loads)."""
     loaded = {t.strip() for ln in lines if " <= " in ln for t in _names(ln.split(" <= ", 1)[1])}
     out = []
-    i = 0
-    while i < len(lines):
-        if lines[i] != "  always @* begin":
-            i += 1
+    for start, end in _blocks(lines):
+        if not _targets(lines[start + 1:end]) & loaded:
             continue
-        end = lines.index("  end", i)
-        if {t.group(1).strip() for t in map(_TARGET.match, lines[i + 1:end]) if t} & loaded:
-            for j in range(i + 1, end):
-                ln = lines[j]
-                if ln.strip() != BRANCH:
-                    continue
-                indent = ln[:len(ln) - len(ln.lstrip())]
-                close = next(k for k in range(j + 1, end) if lines[k].startswith(f"{indent}end"))
-                if lines[close] == f"{indent}end":
-                    out.append((j, close))
-        i = end + 1
-    return sorted(out, key=lambda b: (b[0], -b[1]))
+        for j in range(start + 1, end):
+            if lines[j].strip() != BRANCH:
+                continue
+            indent = lines[j][:len(lines[j]) - len(lines[j].lstrip())]
+            close = next(k for k in range(j + 1, end) if lines[k].startswith(f"{indent}end"))
+            if lines[close] == f"{indent}end":
+                out.append((j, close))
+    return out
 
 
 def _understood(block: list[str]) -> bool:
@@ -83,22 +91,17 @@ class _Definition:
 
 def _definitions(lines: list[str]) -> dict[str, _Definition]:
     defs: dict[str, _Definition] = {}
-    i = 0
-    while i < len(lines):
-        ln = lines[i]
+    for i, ln in enumerate(lines):
         if a := _ASSIGN.match(ln):
             name = a.group(1).strip()
             defs[name] = _Definition([i], [f"{name} = {a.group(2)};"], set(_names(a.group(2))), True)
-        elif ln == "  always @* begin":
-            end = lines.index("  end", i)
-            inner = lines[i + 1:end]
-            targets = {t.group(1).strip() for t in map(_TARGET.match, inner) if t}
-            if len(targets) == 1 and _understood(inner):
-                name = targets.pop()
-                reads = set(_names("\n".join(inner))) - {name}
-                defs[name] = _Definition(list(range(i, end + 1)), [t[2:] for t in inner], reads, False)
-            i = end
-        i += 1
+    for start, end in _blocks(lines):
+        inner = lines[start + 1:end]
+        targets = _targets(inner)
+        if len(targets) == 1 and _understood(inner):
+            name = targets.pop()
+            reads = set(_names("\n".join(inner))) - {name}
+            defs[name] = _Definition(list(range(start, end + 1)), [t[2:] for t in inner], reads, False)
     return defs
 
 
@@ -125,11 +128,9 @@ def _gate_module(text: str) -> tuple[str, int]:
     for n, d in defs.items():
         for i in d.lines:
             site_of[i] = ("def", n)
-    for k, (first, last) in enumerate(branches):     # outermost first: the innermost names a line
+    for k, (first, last) in enumerate(branches):
         for i in range(first + 1, last):
             site_of[i] = ("branch", k)
-    inside = {k: {("branch", j) for j, (f, l) in enumerate(branches) if first <= f and l <= last}
-              for k, (first, last) in enumerate(branches)}
     readers: dict[str, set] = {}
     for i, ln in enumerate(lines):
         if i in declarations:
@@ -152,12 +153,12 @@ def _gate_module(text: str) -> tuple[str, int]:
             candidates.discard(n)
         dead = {n for n in candidates if defs[n].wire and not readers.get(n)}
     moved = 0
-    for k, (first, last) in sorted(enumerate(branches), key=lambda kb: -kb[1][0]):  # innermost first
+    for k, (first, last) in enumerate(branches):
         roots = set(_names("\n".join(lines[first + 1:last]))) & candidates
         cone = _cone(roots, candidates, defs)
         while True:                              # drop what anything outside reads
             keep = {n for n in cone
-                    if readers.get(n, set()) <= inside[k] | {("def", c) for c in cone}}
+                    if readers.get(n, set()) <= {("branch", k)} | {("def", c) for c in cone}}
             keep = _cone(roots & keep, keep, defs)
             if keep == cone:
                 break
@@ -172,11 +173,6 @@ def _gate_module(text: str) -> tuple[str, int]:
                 lines[i] = None
             if defs[n].wire:
                 lines[wires[n]] = lines[wires[n]].replace("  wire ", "  reg ", 1)
-        for n in cone:                           # what they read is now read inside branch k
-            for r in defs[n].reads:
-                if ("def", n) in readers.get(r, set()):
-                    readers[r].discard(("def", n))
-                    readers[r].add(("branch", k))
         candidates -= cone
         moved += len(cone)
     return "\n".join(ln for ln in lines if ln is not None), moved
@@ -213,29 +209,11 @@ def _in_order(cone: set, defs: dict) -> list[str]:
 
 def payload_logic_under_valid(design: str) -> tuple[str, int]:
     """(the design with each stage's payload logic under its ``valid``, definitions moved)."""
-    total = 0
-
-    def module(m):
-        nonlocal total
-        text, n = _gate_module(m.group(0))
-        total += n
-        return text
-    return _MODULE.sub(module, design), total
+    return _per_module(design, _gate_module)
 
 
 _CLOCKED = re.compile(r"^  always @\(posedge (\w+)\)$")
 _LOAD = re.compile(r"^    (\\\S+ |[A-Za-z_][\w$]*) ?<= (\\\S+ |[A-Za-z_][\w$]*) ?;$")
-
-
-def _blocks(lines: list[str]) -> list[tuple[int, int]]:
-    """(first, last) line of each ``always @*`` block."""
-    out, i = [], 0
-    while i < len(lines):
-        if lines[i] == "  always @* begin":
-            out.append((i, lines.index("  end", i)))
-            i = out[-1][1]
-        i += 1
-    return out
 
 
 def _fold_module(text: str) -> tuple[str, int]:
@@ -256,7 +234,7 @@ def _fold_module(text: str) -> tuple[str, int]:
     folded = 0
     for first, last in _blocks(lines):
         body = lines[first:last + 1]
-        targets = {t.group(1).strip() for t in map(_TARGET.match, body) if t}
+        targets = _targets(body)
         loaded = [n for n in targets if n in loads]
         if len(loaded) != 1 or not _understood(body):
             continue
@@ -307,11 +285,16 @@ def next_state_into_clocked_blocks(design: str) -> tuple[str, int]:
     default ``n = r;`` goes), so an idle register costs its conditions only.
     Only where ``n`` is named nowhere else.
     """
+    return _per_module(design, _fold_module)
+
+
+def _per_module(design: str, rewrite) -> tuple[str, int]:
+    """``rewrite`` (module text -> (text, count)) applied to every module; the counts summed."""
     total = 0
 
     def module(m):
         nonlocal total
-        text, n = _fold_module(m.group(0))
+        text, n = rewrite(m.group(0))
         total += n
         return text
     return _MODULE.sub(module, design), total
