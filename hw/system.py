@@ -6,7 +6,9 @@ below its count, every DMA channel has completed its descriptors, no message
 waits in a device's outgoing FIFO and the crossbar is empty: nothing can ever
 change a semaphore again, so the blocked devices are aborted
 (``ABORTED``/``DEADLOCK``) - the golden model's "a whole round without
-progress".
+progress". ``quiescent`` is registered: the abort comes a cycle after the
+system went quiescent (it stays so), and no device's stop decision depends
+on the other devices' state within one cycle.
 
 Lock-step mode (``step_mode``) passes a grant round-robin, device 0 first:
 the holder executes one instruction, then the grant waits until every copy
@@ -98,10 +100,11 @@ class System(wiring.Component):
             wiring.connect(m, wiring.flipped(self.host[d]), dev.host)
         quiet = Signal()
         m.d.comb += quiet.eq(Cat(*[dev.quiet for dev in self.devices]).all() & ~ic.busy)
-        m.d.comb += [
-            self.quiescent.eq(quiet & Cat(*[dev.stuck for dev in self.devices]).all()),
-            self.done.eq(quiet & ~Cat(*[dev.running for dev in self.devices]).any()),
-        ]
+        # registered: a device's blocked WAIT reaches the others' stop decisions a
+        # cycle later, not through every device in one cycle (nothing can
+        # progress once quiescent, so the abort only comes a cycle later)
+        m.d.sync += self.quiescent.eq(quiet & Cat(*[dev.stuck for dev in self.devices]).all())
+        m.d.comb += self.done.eq(quiet & ~Cat(*[dev.running for dev in self.devices]).any())
         # lock-step: GRANT (the holder executes one instruction) -> SETTLE (all landed)
         tok = Signal(range(max(2, D)))
         granting = Signal()

@@ -11,7 +11,7 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import data
 
 from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor
-from hw.coprocessor.common import CauseCode, StatusCode, dispatch_of
+from hw.coprocessor.common import CauseCode, StatusCode, UnitInsn, dispatch_of, unit_insn_of
 from hw.coprocessor.counters import Counters
 from hw.coprocessor.decode import CauseSelect, Decoder, FieldChecks
 from hw.coprocessor.faults import FaultQueue
@@ -147,12 +147,16 @@ def test_decoder_causes_match_the_golden_model():
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
             got.append(int(p.cause.value) if hasattr(p.cause, "value") else int(p.cause))
             units.append({name: int(getattr(p.unit, name)) for name in dispatch_of(0)})
+            flags.append(({f: int(getattr(p.op, f)) for f in unit_insn_of(0)["op"]},
+                          int(p.fence_all)))
 
-    log, units = [], []
+    log, units, flags = [], [], []
     run_simulation(clocked(dut), [producer, consumer], [stream_monitor(dut.o, log=log, name="o")])
     assert got == expect
     # the pre-decoded dispatch: the unit of a legal instruction's opcode, none for an illegal one
     assert units == [dispatch_of(w & ((1 << OPCODE_BITS) - 1), c) for (_, w), c in zip(cases, expect)]
+    # the units' flags: the opcode's flag (legal or not) and a FENCE mask of 0
+    assert flags == [(unit_insn_of(w)["op"], unit_insn_of(w)["fence_all"]) for _, w in cases]
     assert any(expect) and not all(expect)
 
 
@@ -180,7 +184,7 @@ def test_sequencer_dispatches_in_order_and_stops():
         assert code(ctx.get(dut.status)) == StatusCode.RUNNING.value
         await ctx.tick().until(dut.run)
         for pc, (op, w) in enumerate(zip(ops, words)):
-            await stream_put(ctx, dut.insn, {"pc": pc, "word": {"bits": w}, "cause": CauseCode.NONE,
+            await stream_put(ctx, dut.insn, {"pc": pc, **unit_insn_of(w), "cause": CauseCode.NONE,
                                              "unit": dispatch_of(op)}, rng=rng, idle_prob=0.3)
         # an illegal instruction stops the program where it is
         ctx.set(dut.insn.valid, 1)
@@ -202,7 +206,8 @@ def test_sequencer_dispatches_in_order_and_stops():
     run_simulation(dut, [tb], [unit(n) for n in UNIT_OPS]
                    + [stream_monitor(getattr(dut, n), log=logs[n], name=n) for n in UNIT_OPS])
     for name in UNIT_OPS:
-        assert logs[name] == [w for op, w in zip(ops, words) if unit_of.get(op) == name]
+        assert logs[name] == [UnitInsn().const(unit_insn_of(w)).as_value().value
+                              for op, w in zip(ops, words) if unit_of.get(op) == name]
 
 
 def test_sequencer_lock_step_one_instruction_per_grant():
@@ -237,7 +242,7 @@ def test_copy_issue_turns_copies_into_descriptors():
 
     async def producer(ctx):
         for w in words:
-            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+            await stream_put(ctx, dut.insn, unit_insn_of(w), rng=rng, idle_prob=0.3)
 
     async def stepper(ctx):
         # lock-step: a grant is held until the instruction at hand retires
@@ -328,15 +333,15 @@ def test_sync_unit_signal_wait_fence_halt():
         ctx.set(dut.issued, 0)
         assert ctx.get(dut.unfenced) == 0b010
         for w in prog[:3]:
-            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+            await stream_put(ctx, dut.insn, unit_insn_of(w), rng=rng, idle_prob=0.3)
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"bits": prog[3]})                         # WAIT sem=1 count=3
+        ctx.set(dut.insn.p, unit_insn_of(prog[3]))                         # WAIT sem=1 count=3
         for _ in range(3):
             await ctx.tick()
             assert ctx.get(dut.blocked) and not ctx.get(dut.insn.ready)
             await stream_put(ctx, dut.sig_in, 1)
         await ctx.tick().until(dut.insn.ready)
-        ctx.set(dut.insn.p, {"bits": prog[4]})                         # FENCE chan 1: waits
+        ctx.set(dut.insn.p, unit_insn_of(prog[4]))                         # FENCE chan 1: waits
         await ctx.tick()
         assert ctx.get(dut.semaphores[1]) == 0
         for _ in range(3):
@@ -347,9 +352,9 @@ def test_sync_unit_signal_wait_fence_halt():
         ctx.set(dut.insn.valid, 0)
         await ctx.tick()
         assert ctx.get(dut.unfenced) == 0
-        await stream_put(ctx, dut.insn, {"bits": prog[5]}, rng=rng, idle_prob=0.3)
+        await stream_put(ctx, dut.insn, unit_insn_of(prog[5]), rng=rng, idle_prob=0.3)
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"bits": prog[6]})                         # HALT
+        ctx.set(dut.insn.p, unit_insn_of(prog[6]))                         # HALT
         _, _, v, p = await ctx.tick().sample(dut.stop.valid, dut.stop.payload)
         stops.append((int(v), code(p.status), code(p.cause)))
         ctx.set(dut.insn.valid, 0)
@@ -378,24 +383,24 @@ def test_mmu_command_unit_sends_commands_and_checks_commit():
         ctx.set(dut.step, 1)
         ctx.set(dut.done, 0b011)                  # channel 2 busy: only the staged INVAL goes
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"bits": words[0]})
+        ctx.set(dut.insn.p, unit_insn_of(words[0]))
         for _ in range(4):
             await ctx.tick()
             assert not ctx.get(dut.cmd.valid)
         ctx.set(dut.insn.valid, 0)
-        await stream_put(ctx, dut.insn, {"bits": words[1]}, rng=rng, idle_prob=0.3)
+        await stream_put(ctx, dut.insn, unit_insn_of(words[1]), rng=rng, idle_prob=0.3)
         ctx.set(dut.done, 0b111)
         for w in (words[0], words[2]):
-            await stream_put(ctx, dut.insn, {"bits": w}, rng=rng, idle_prob=0.3)
+            await stream_put(ctx, dut.insn, unit_insn_of(w), rng=rng, idle_prob=0.3)
         ctx.set(dut.unfenced, 0b100)              # COMMIT after an unfenced COPY: illegal
         ctx.set(dut.insn.valid, 1)
-        ctx.set(dut.insn.p, {"bits": words[3]})
+        ctx.set(dut.insn.p, unit_insn_of(words[3]))
         _, _, v, p = await ctx.tick().sample(dut.stop.valid, dut.stop.payload)
         assert (v, code(p.status), code(p.cause)) == (1, StatusCode.ILLEGAL.value,
                                                        CauseCode.COMMIT_UNFENCED.value)
         ctx.set(dut.unfenced, 0)
         ctx.set(dut.insn.valid, 0)
-        await stream_put(ctx, dut.insn, {"bits": words[3]}, rng=rng, idle_prob=0.3)
+        await stream_put(ctx, dut.insn, unit_insn_of(words[3]), rng=rng, idle_prob=0.3)
 
     async def mmu(ctx):
         while True:
@@ -430,7 +435,7 @@ def test_mmu_command_unit_commit_waits_for_an_idle_mmu():
         ctx.set(dut.mmu_idle, 0)
         for word in (encode(Op.REMAP, ctx=1, staged=1), encode(Op.COMMIT, ctx=1)):
             ctx.set(dut.insn.valid, 1)
-            ctx.set(dut.insn.p, {"bits": word})
+            ctx.set(dut.insn.p, unit_insn_of(word))
             for cycle in range(4):
                 ctx.set(dut.mmu_idle, cycle == 3)
                 _, _, v, c, r = await ctx.tick().sample(dut.cmd.valid, dut.committed,

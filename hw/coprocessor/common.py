@@ -12,7 +12,7 @@ from ..lib import chan_bits, dev_bits, sem_bits
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
            "InstructionWord", "ImemWrite", "SignalMessage", "Fetched", "UNIT_OPS", "Dispatch",
-           "dispatch_of", "Decoded", "StopRequest",
+           "dispatch_of", "OpFlags", "UnitInsn", "unit_insn_of", "Decoded", "StopRequest",
            "WriteBeatSignature", "semaphore_shape", "beat_bytes",
            "first_fault_cause"]
 
@@ -86,12 +86,36 @@ def dispatch_of(opcode, cause=Cause.NONE):
             **{name: int(legal and opcode in ops) for name, ops in UNIT_OPS.items()}}
 
 
+class OpFlags(data.StructLayout):
+    """One flag per opcode (``fence``, ``wait``, ``commit``, ...): the word's
+    opcode is that one. Decoded a stage ahead, so that a unit's conditions
+    start from a registered flag, not from an 8-bit comparison."""
+    def __init__(self):
+        super().__init__({op.name.lower(): 1 for op in FORMATS})
+
+
+class UnitInsn(data.StructLayout):
+    """An instruction as the sequencer hands it to an execution unit: the word,
+    its :class:`OpFlags` and ``fence_all`` (the word's FENCE mask is 0, which
+    means every channel; also decoded a stage ahead)."""
+    def __init__(self):
+        super().__init__({"word": InstructionWord(), "op": OpFlags(), "fence_all": 1})
+
+
+def unit_insn_of(word):
+    """The :class:`UnitInsn` value (a dict) of a 256-bit instruction word."""
+    opcode, mask = word & ((1 << OPCODE_BITS) - 1), field_of(Op.FENCE, "mask")
+    return {"word": {"bits": word}, "op": {op.name.lower(): int(opcode == op) for op in FORMATS},
+            "fence_all": int((word >> mask.lsb) & mask.mask == 0)}
+
+
 class Decoded(data.StructLayout):
-    """A fetched instruction with its illegal-instruction cause (``NONE``: legal)
-    and where it goes (:class:`Dispatch`)."""
+    """A fetched instruction with its illegal-instruction cause (``NONE``: legal),
+    where it goes (:class:`Dispatch`), and its :class:`UnitInsn` flags."""
     def __init__(self, imem_words):
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
-                          "cause": CauseCode, "unit": Dispatch()})
+                          "cause": CauseCode, "unit": Dispatch(), "op": OpFlags(),
+                          "fence_all": 1})
 
 
 class StopRequest(data.StructLayout):

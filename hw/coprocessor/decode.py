@@ -114,8 +114,9 @@ class FieldChecks(wiring.Component):
 
 class CauseSelect(wiring.Component):
     """Second decode stage (combinational): the first failing check of the
-    instruction's opcode, in ``model/golden.py``'s order, and where a legal
-    instruction goes (``unit``). ``legal`` is an AND of the same registered
+    instruction's opcode, in ``model/golden.py``'s order, where a legal
+    instruction goes (``unit``), and the flags the units read (``op``,
+    ``fence_all``). ``legal`` is an AND of the same registered
     check bits, computed beside the cause, not from it.
 
     One register: the program's ISA version, taken from its legal VERSION at
@@ -183,6 +184,10 @@ class CauseSelect(wiring.Component):
         m.d.comb += unit.version.eq(legal & (word.opcode == Op.VERSION))
         m.d.comb += [unit[name].eq(legal & word.opcode.matches(*ops))
                      for name, ops in UNIT_OPS.items()]
+        # the units' flags (legality is the sequencer's business: it dispatches
+        # only legal instructions)
+        m.d.comb += [getattr(self.o.p.op, op.name.lower()).eq(word.opcode == op) for op in FORMATS]
+        m.d.comb += self.o.p.fence_all.eq(word.fence.mask == 0)
         with m.If(self.o.valid & self.o.ready & first & unit.version):
             m.d.sync += version.eq(word.version.version)
         return m

@@ -6,9 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import CopyDescriptor
-from ..isa import Op
 from ..reduce import ReduceOp
-from .common import InstructionWord
+from .common import UnitInsn
 
 __all__ = ["CopyIssue"]
 
@@ -31,7 +30,7 @@ class CopyIssue(wiring.Component):
 
     Interface attributes
     --------------------
-    insn : ``In(stream.Signature(InstructionWord()))``
+    insn : ``In(stream.Signature(UnitInsn()))``
         COPY instructions.
     step : ``In(1)``
         Lock-step permission to retire.
@@ -43,7 +42,7 @@ class CopyIssue(wiring.Component):
     def __init__(self, arch):
         self._arch = arch
         super().__init__({
-            "insn": In(stream.Signature(InstructionWord())),
+            "insn": In(stream.Signature(UnitInsn())),
             "step": In(1),
             "desc": Out(stream.Signature(CopyDescriptor(arch, arch.channels))),
             "issued": Out(arch.channels),
@@ -52,15 +51,14 @@ class CopyIssue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         A = self._arch.addr_bits
-        f, d = self.insn.p.copy, self.desc.p
+        f, op, d = self.insn.p.word.copy, self.insn.p.op, self.desc.p
         m.d.comb += [
             d.chan.eq(f.chan), d.ctx.eq(f.ctx), d.tag.eq(f.tag),
             d.src.eq(f.src[:A]), d.dst.eq(f.dst[:A]),
             d.row_bytes.eq(f.row_bytes), d.rows.eq(f.rows),
             d.src_stride.eq(f.src_stride), d.dst_stride.eq(f.dst_stride),
-            d.op.eq(Mux(self.insn.p.opcode == Op.COPY_ADD_F32, ReduceOp.ADD_F32,
-                        Mux(self.insn.p.opcode == Op.COPY_ADD_BF16, ReduceOp.ADD_BF16,
-                            ReduceOp.WRITE))),
+            d.op.eq(Mux(op.copy_add_f32, ReduceOp.ADD_F32,
+                        Mux(op.copy_add_bf16, ReduceOp.ADD_BF16, ReduceOp.WRITE))),
             self.desc.valid.eq(self.insn.valid & self.step),
             self.insn.ready.eq(self.desc.ready & self.step),
         ]

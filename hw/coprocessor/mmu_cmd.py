@@ -6,10 +6,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus
-from ..isa import Op
 from ..lib import ctx_bits
 from ..mmu import MmuCommand, MmuOp
-from .common import CauseCode, InstructionWord, StatusCode, StopRequest, first_fault_cause
+from .common import CauseCode, StatusCode, StopRequest, UnitInsn, first_fault_cause
 
 __all__ = ["MmuCommandUnit"]
 
@@ -40,7 +39,7 @@ class MmuCommandUnit(wiring.Component):
 
     Interface attributes
     --------------------
-    insn : ``In(stream.Signature(InstructionWord()))``
+    insn : ``In(stream.Signature(UnitInsn()))``
     step : ``In(1)``
         Lock-step permission to retire or stop.
     stop : ``Out(stream.Signature(StopRequest()))``
@@ -66,7 +65,7 @@ class MmuCommandUnit(wiring.Component):
         self._arch = arch
         C = arch.channels
         super().__init__({
-            "insn": In(stream.Signature(InstructionWord())),
+            "insn": In(stream.Signature(UnitInsn())),
             "step": In(1),
             "stop": Out(stream.Signature(StopRequest())),
             "done": In(C),
@@ -82,39 +81,38 @@ class MmuCommandUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         A, C = self._arch.addr_bits, self._arch.channels
-        w, cmd, stop, step = self.insn.p, self.cmd.p, self.stop.p, self.step
+        w, op = self.insn.p.word, self.insn.p.op
+        cmd, stop, step = self.cmd.p, self.stop.p, self.step
         all_done, error = Signal(), Signal(C)
         m.d.comb += [all_done.eq(self.done.all()),
                      error.eq(Cat(*[s.error for s in self.chan_status]))]
         all_cause = first_fault_cause(m, Const((1 << C) - 1, C), self.chan_status)
         fr, fi, fc = w.remap, w.inval, w.commit
-        with m.Switch(w.opcode):
-            with m.Case(Op.REMAP):
-                m.d.comb += [cmd.op.eq(MmuOp.REMAP), cmd.ctx.eq(fr.ctx), cmd.size.eq(fr.size),
-                             cmd.perm.eq(fr.perm), cmd.staged.eq(fr.staged), cmd.dev.eq(fr.dev),
-                             cmd.va.eq(fr.va[:A]), cmd.pa.eq(fr.pa[:A])]
-            with m.Case(Op.INVAL):
-                m.d.comb += [cmd.op.eq(MmuOp.INVAL), cmd.ctx.eq(fi.ctx), cmd.size.eq(fi.size),
-                             cmd.staged.eq(fi.staged), cmd.va.eq(fi.va[:A])]
-            with m.Default():
-                m.d.comb += [cmd.op.eq(MmuOp.COMMIT), cmd.ctx.eq(fc.ctx)]
+        with m.If(op.remap):
+            m.d.comb += [cmd.op.eq(MmuOp.REMAP), cmd.ctx.eq(fr.ctx), cmd.size.eq(fr.size),
+                         cmd.perm.eq(fr.perm), cmd.staged.eq(fr.staged), cmd.dev.eq(fr.dev),
+                         cmd.va.eq(fr.va[:A]), cmd.pa.eq(fr.pa[:A])]
+        with m.Elif(op.inval):
+            m.d.comb += [cmd.op.eq(MmuOp.INVAL), cmd.ctx.eq(fi.ctx), cmd.size.eq(fi.size),
+                         cmd.staged.eq(fi.staged), cmd.va.eq(fi.va[:A])]
+        with m.Else():
+            m.d.comb += [cmd.op.eq(MmuOp.COMMIT), cmd.ctx.eq(fc.ctx)]
         m.d.comb += [self.commit_ctx.eq(fc.ctx),
                      self.flush.eq(self.cmd.valid & self.cmd.ready),
                      self.insn.ready.eq(self.cmd.valid & self.cmd.ready)]
 
         with m.If(self.insn.valid & step):
-            with m.Switch(w.opcode):
-                with m.Case(Op.REMAP, Op.INVAL):
-                    at_once = (w.opcode == Op.INVAL) & fi.staged        # a staged INVAL
-                    m.d.comb += self.cmd.valid.eq(all_done | at_once)
-                with m.Case(Op.COMMIT):
-                    with m.If(self.unfenced.any()):
-                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.ILLEGAL),
-                                     stop.cause.eq(CauseCode.COMMIT_UNFENCED)]
-                    with m.Elif(all_done & error.any()):
-                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
-                                     stop.cause.eq(all_cause)]
-                    with m.Elif(all_done & self.mmu_idle):
-                        m.d.comb += [self.cmd.valid.eq(1),
-                                     self.committed.eq(self.cmd.ready)]
+            with m.If(op.remap | op.inval):
+                at_once = op.inval & fi.staged        # a staged INVAL
+                m.d.comb += self.cmd.valid.eq(all_done | at_once)
+            with m.Elif(op.commit):
+                with m.If(self.unfenced.any()):
+                    m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.ILLEGAL),
+                                 stop.cause.eq(CauseCode.COMMIT_UNFENCED)]
+                with m.Elif(all_done & error.any()):
+                    m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
+                                 stop.cause.eq(all_cause)]
+                with m.Elif(all_done & self.mmu_idle):
+                    m.d.comb += [self.cmd.valid.eq(1),
+                                 self.committed.eq(self.cmd.ready)]
         return m

@@ -5,7 +5,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord, StatusCode, StopRequest
+from .common import UNIT_OPS, CauseCode, Decoded, StatusCode, StopRequest, UnitInsn
 
 __all__ = ["Sequencer", "UNIT_OPS"]
 
@@ -40,7 +40,7 @@ class Sequencer(wiring.Component):
     status : ``Out(StatusCode)``
     cause : ``Out(CauseCode)``
     insn : ``In(stream.Signature(Decoded(imem_words)))``
-    copy, sync, mmu : ``Out(stream.Signature(InstructionWord()))``
+    copy, sync, mmu : ``Out(stream.Signature(UnitInsn()))``
     sync_stop, mmu_stop : ``In(stream.Signature(StopRequest()))``
         Always ready: a stop request takes effect at once.
     blocked : ``In(1)``
@@ -58,7 +58,7 @@ class Sequencer(wiring.Component):
     """
 
     def __init__(self, imem_words):
-        unit = Out(stream.Signature(InstructionWord()))
+        unit = Out(stream.Signature(UnitInsn()))
         stop = In(stream.Signature(StopRequest()))
         super().__init__({
             "start": In(1), "step_mode": In(1), "step_grant": In(1), "step_ack": Out(1),
@@ -90,7 +90,8 @@ class Sequencer(wiring.Component):
         taken = [unit.version & self.step]
         for name in UNIT_OPS:
             port = getattr(self, name)
-            m.d.comb += [port.valid.eq(insn.valid & unit[name]), port.p.eq(insn.p.word)]
+            m.d.comb += [port.valid.eq(insn.valid & unit[name]), port.p.word.eq(insn.p.word),
+                         port.p.op.eq(insn.p.op), port.p.fence_all.eq(insn.p.fence_all)]
             taken.append(unit[name] & port.ready)
         m.d.comb += insn.ready.eq(Cat(*taken).any())
         with m.If(self.restart):

@@ -6,9 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus
-from ..isa import Op
 from ..lib import sem_bits
-from .common import (CauseCode, InstructionWord, SignalMessage, StatusCode, StopRequest,
+from .common import (CauseCode, SignalMessage, StatusCode, StopRequest, UnitInsn,
                      first_fault_cause, semaphore_shape)
 
 __all__ = ["SyncUnit"]
@@ -25,7 +24,9 @@ class SyncUnit(wiring.Component):
       later: the comparison is registered, off the retire path) subtracts
       it; while below, ``blocked`` is high, and ``quiesced`` stops the program
       ``ABORTED`` / ``DEADLOCK`` (whatever ``step`` says: a blocked device
-      holds no grant).
+      holds no grant). ``quiesced`` says that nothing in the system can
+      progress: every device stopped or ``blocked`` in the previous cycle and
+      nothing in flight, so this WAIT is still below its count.
     * ``HALT``: waits until every channel is done, then stops ``HALTED``, or
       ``FAULT`` (lowest faulted channel's cause).
 
@@ -40,7 +41,7 @@ class SyncUnit(wiring.Component):
 
     Interface attributes
     --------------------
-    insn : ``In(stream.Signature(InstructionWord()))``
+    insn : ``In(stream.Signature(UnitInsn()))``
     step : ``In(1)``
         Lock-step permission to retire or stop.
     stop : ``Out(stream.Signature(StopRequest()))``
@@ -63,7 +64,7 @@ class SyncUnit(wiring.Component):
         self._arch = arch
         C = arch.channels
         super().__init__({
-            "insn": In(stream.Signature(InstructionWord())),
+            "insn": In(stream.Signature(UnitInsn())),
             "step": In(1),
             "stop": Out(stream.Signature(StopRequest())),
             "blocked": Out(1),
@@ -81,39 +82,50 @@ class SyncUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C = self._arch.channels
-        w, step = self.insn.p, self.step
+        w, op, step = self.insn.p.word, self.insn.p.op, self.step
         error = Signal(C)
         m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
 
-        # semaphores: +1 per incoming signal, -count per satisfied WAIT
-        sem_dec = Signal.like(w.wait.count)
+        # a WAIT's check is registered: reached in one cycle, the WAIT retires in
+        # the next (until it does, its semaphore can only grow)
         reached = Signal()          # the WAIT's semaphore has reached its count
+        satisfied = Signal()
+        m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & op.wait & reached
+                                 & ~self.restart)
+        wait_retires = Signal()
+        m.d.comb += wait_retires.eq(self.insn.valid & op.wait & satisfied & step)
+
+        # semaphores: +1 per incoming signal (saturating), -count per retiring
+        # WAIT; both results are ready before the (late) retire decision picks one
+        count = w.wait.count
         top = (1 << semaphore_shape().width) - 1
         m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
             inc = self.sig_in.valid & (self.sig_in.p == s)
-            nxt = val + inc - Mux(w.wait.sem == s, sem_dec, 0)
+            grown = Mux(inc & (val != top), val + 1, val)
+            # the WAIT checked val >= count, and val has not dropped since: no
+            # borrow, and with count >= 1 no saturation either
+            waited = Signal.like(val, name=f"waited{s}")
+            m.d.comb += waited.eq(val + inc - count)
+            here = Signal(name=f"wait_here{s}")
+            m.d.comb += here.eq((w.wait.sem == s) & (count != 0))
             with m.If(self.restart):
                 m.d.sync += val.eq(0)
+            with m.Elif(wait_retires & here):
+                m.d.sync += val.eq(waited)
             with m.Else():
-                m.d.sync += val.eq(Mux(nxt > top, top, nxt))
+                m.d.sync += val.eq(grown)
             with m.If(w.wait.sem == s):     # a comparator per semaphore, then the select
-                m.d.comb += reached.eq(val >= w.wait.count)
-
-        # a WAIT's check is registered: reached in one cycle, the WAIT retires in
-        # the next (until it does, its semaphore can only grow)
-        satisfied = Signal()
-        m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & (w.opcode == Op.WAIT)
-                                 & reached & ~self.restart)
+                m.d.comb += reached.eq(val >= count)
 
         # fences
         fmask = Signal(C)
-        m.d.comb += fmask.eq(Mux(w.fence.mask == 0, (1 << C) - 1, w.fence.mask[:C]))
+        m.d.comb += fmask.eq(Mux(self.insn.p.fence_all, (1 << C) - 1, w.fence.mask[:C]))
         fence_cause = first_fault_cause(m, fmask, self.chan_status)
         all_cause = first_fault_cause(m, Const((1 << C) - 1, C), self.chan_status)
         with m.If(self.restart):
             m.d.sync += self.unfenced.eq(0)
-        with m.Elif(self.insn.valid & self.insn.ready & (w.opcode == Op.FENCE)):
+        with m.Elif(self.insn.valid & self.insn.ready & op.fence):
             m.d.sync += self.unfenced.eq((self.unfenced | self.issued) & ~fmask)
         with m.Else():
             m.d.sync += self.unfenced.eq(self.unfenced | self.issued)
@@ -121,33 +133,33 @@ class SyncUnit(wiring.Component):
         m.d.comb += [self.sig.p.dev.eq(w.signal.dev), self.sig.p.sem.eq(w.signal.sem)]
         stop = self.stop.p
         with m.If(self.insn.valid):
-            with m.Switch(w.opcode):
-                with m.Case(Op.FENCE):
-                    with m.If(step & (self.done | ~fmask).all()):
-                        with m.If((fmask & error).any()):
-                            m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
-                                         stop.cause.eq(fence_cause)]
-                        with m.Else():
-                            m.d.comb += self.insn.ready.eq(1)
-                with m.Case(Op.SIGNAL):
-                    m.d.comb += [self.sig.valid.eq(step), self.insn.ready.eq(step & self.sig.ready)]
-                with m.Case(Op.WAIT):
-                    with m.If(satisfied):
-                        with m.If(step):
-                            m.d.comb += [self.insn.ready.eq(1), sem_dec.eq(w.wait.count)]
-                    with m.Elif(~reached):
-                        m.d.comb += self.blocked.eq(1)
-                        with m.If(self.quiesced):
-                            m.d.comb += [self.stop.valid.eq(1),
-                                         stop.status.eq(StatusCode.ABORTED),
-                                         stop.cause.eq(CauseCode.DEADLOCK)]
-                with m.Case(Op.HALT):
-                    with m.If(step & self.done.all()):
-                        m.d.comb += self.stop.valid.eq(1)
-                        with m.If(error.any()):
-                            m.d.comb += [stop.status.eq(StatusCode.FAULT),
-                                         stop.cause.eq(all_cause)]
-                        with m.Else():
-                            m.d.comb += [stop.status.eq(StatusCode.HALTED),
-                                         stop.cause.eq(CauseCode.NONE)]
+            with m.If(op.fence):
+                with m.If(step & (self.done | ~fmask).all()):
+                    with m.If((fmask & error).any()):
+                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
+                                     stop.cause.eq(fence_cause)]
+                    with m.Else():
+                        m.d.comb += self.insn.ready.eq(1)
+            with m.Elif(op.signal):
+                m.d.comb += [self.sig.valid.eq(step), self.insn.ready.eq(step & self.sig.ready)]
+            with m.Elif(op.wait):
+                with m.If(satisfied):
+                    m.d.comb += self.insn.ready.eq(step)
+                with m.Else():
+                    m.d.comb += self.blocked.eq(~reached)
+                    # quiesced implies blocked (see the class documentation), so
+                    # the stop does not wait for the semaphore comparison
+                    with m.If(self.quiesced):
+                        m.d.comb += [self.stop.valid.eq(1),
+                                     stop.status.eq(StatusCode.ABORTED),
+                                     stop.cause.eq(CauseCode.DEADLOCK)]
+            with m.Elif(op.halt):
+                with m.If(step & self.done.all()):
+                    m.d.comb += self.stop.valid.eq(1)
+                    with m.If(error.any()):
+                        m.d.comb += [stop.status.eq(StatusCode.FAULT),
+                                     stop.cause.eq(all_cause)]
+                    with m.Else():
+                        m.d.comb += [stop.status.eq(StatusCode.HALTED),
+                                     stop.cause.eq(CauseCode.NONE)]
         return m
