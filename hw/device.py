@@ -6,7 +6,7 @@ r"""One device: memory, MMU, DMA, coprocessor and a port on the interconnect.
    host ----> | HostPort --imem/regs--> Coprocessor --desc--> DMA --rd--> BankedMemory
               |    |  \--mem window----------------------------------------> (ports r1, w2)
               |    \--tlb read-back--> MMU <--cmd--/   |  \--xlat--> MMU     ^  ^
-              |                          \--> CommitBytes --> Coprocessor    |  |
+              |                    (PLACE) \--> CommitBytes --> Coprocessor    |  |
               |                 Coprocessor --sig--+   DMA --wr--+           |  |
               |                                    v             v           |  |
               |              NetworkPort: local beats ---------------------> w0  |
@@ -25,7 +25,7 @@ destination) and serves the network side (incoming beats into write port 1,
 acknowledged when accepted, so an ack means "visible"; incoming reduce beats
 through a read-add-write unit on read port 2 and write port 3, acknowledged
 when their sums are written). :class:`CommitBytes` sums the local staged pages of the context a
-COMMIT activates (the coprocessor's ``bytes_remapped``). The MMU's own fault
+COMMIT activates, while the MMU places it (the coprocessor's ``bytes_remapped``). The MMU's own fault
 queue is not used: the DMA's fault records (with their channel) are the ones
 the coprocessor keeps.
 """
@@ -59,6 +59,12 @@ class CommitBytes(wiring.Component):
     the page sizes of the valid staged TLB entries of ``ctx`` that map memory
     of this device (decoded with :func:`hw.lib.page_bytes`).
 
+    Two registers: each entry's term is registered at the edge that ends a
+    cycle with ``place`` high (the MMU placing the COMMIT: the entries and
+    ``ctx`` are then the TLB it acts on), their sum at the next edge; so
+    ``total`` holds the sum from the second cycle after ``place``. ``busy``
+    is high while a sum is on its way.
+
     Parameters
     ----------
     arch : :class:`hw.isa.ArchParams`
@@ -70,7 +76,9 @@ class CommitBytes(wiring.Component):
     entries : ``In(TlbEntry(arch)).array(tlb_entries)``
         The TLB.
     ctx : ``In(ctx bits)``
+    place : ``In(1)``
     total : ``Out(commit_bytes_shape(arch))``
+    busy : ``Out(1)``
     """
 
     def __init__(self, arch, local_dev):
@@ -79,7 +87,9 @@ class CommitBytes(wiring.Component):
         super().__init__({
             "entries": In(TlbEntry(arch)).array(arch.tlb_entries),
             "ctx": In(ctx_bits(arch)),
+            "place": In(1),
             "total": Out(commit_bytes_shape(arch)),
+            "busy": Out(1),
         })
 
     def elaborate(self, platform):
@@ -87,12 +97,21 @@ class CommitBytes(wiring.Component):
         # counted in smallest pages (short adders), in a balanced tree
         sizes = self._arch.page_sizes
         units = tuple(p // sizes[0] for p in sizes)
-        terms = [Mux(e.valid & e.staged & (e.ctx == self.ctx) & (e.dev == self._local_dev),
-                     page_bytes(units, e.size), 0)
-                 for e in self.entries]
+        terms = []
+        for k, e in enumerate(self.entries):
+            term = Signal(range(units[-1] + 1), name=f"term{k}")
+            with m.If(self.place):
+                m.d.sync += term.eq(Mux(e.valid & e.staged & (e.ctx == self.ctx)
+                                        & (e.dev == self._local_dev), page_bytes(units, e.size), 0))
+            terms.append(term)
+        summing = Signal()
+        m.d.sync += summing.eq(self.place)
         while len(terms) > 1:
             terms = [a + b for a, b in zip(terms[0::2], terms[1::2])] + terms[len(terms) & ~1:]
-        m.d.comb += self.total.eq(terms[0] << exact_log2(sizes[0]))
+        total = Signal.like(self.total)
+        with m.If(summing):       # loaded only then: a simulator sums on those cycles alone
+            m.d.sync += total.eq(terms[0] << exact_log2(sizes[0]))
+        m.d.comb += [self.total.eq(total), self.busy.eq(summing)]
         return m
 
 
@@ -100,9 +119,8 @@ class NetworkPort(wiring.Component):
     """A device's port on the interconnect, and where its DMA's writes go.
 
     * Outgoing: a plain DMA write beat for this device (``dev`` =
-      ``local_dev``) goes into memory (``local_w``; straight, or a cycle
-      later with ``register_local``) and is acknowledged in the cycle the
-      memory takes it; a beat for another
+      ``local_dev``) goes into memory (``local_w``) and is acknowledged in
+      the cycle the memory takes it; a beat for another
       device, a reduce beat (``op`` an add, ISA v2) for any device, this one
       included, and every SIGNAL from the coprocessor (write beats first),
       goes into the queue of its destination, leaving on ``net_out[dst]``:
@@ -128,10 +146,13 @@ class NetworkPort(wiring.Component):
         Depth of each outgoing per-destination queue.
     ack_depth : int
         Depth of the queue of incoming acks.
-    register_local : bool
-        Local beats reach memory through a :class:`hw.lib.RegisterSlice` (a
-        cycle later, acknowledged when the memory takes them): with a shared
-        write port, its grant then depends on no unregistered DMA write.
+    register_wr : bool
+        The DMA's beats enter through a :class:`hw.lib.RegisterSlice` (a
+        cycle later): ``wr.ready`` is then a register's (the DMA's write
+        decisions do not wait for this port's routing), and with a shared
+        write port its grant depends on no unregistered DMA write. The acks
+        to the DMA leave from a register (a cycle later; the DMA takes one
+        every cycle).
 
     Interface attributes
     --------------------
@@ -154,9 +175,9 @@ class NetworkPort(wiring.Component):
     """
 
     def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth,
-                 register_local=False):
+                 register_wr=False):
         self._arch, self._local_dev = arch, local_dev
-        self._register_local = bool(register_local)
+        self._register_wr = bool(register_wr)
         self._net_depth, self._ack_depth = net_depth, ack_depth
         C, D = arch.channels, arch.devices
         mem_addr = max(1, ceil_log2(arch.mem_bytes) - exact_log2(data_width // 8))
@@ -183,25 +204,24 @@ class NetworkPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         me, D = self._local_dev, self._arch.devices
-        wr, nin = self.wr, self.net_in
+        nin = self.net_in
+        if self._register_wr:
+            m.submodules.wr_slice = wr_slice = RegisterSlice(self.wr.p.shape())
+            wiring.connect(m, wiring.flipped(self.wr), wr_slice.i)
+            wr = wr_slice.o
+        else:
+            wr = self.wr
         # outgoing: local beats into memory, remote beats and signals into queues
         local, remote = Signal(), Signal()
         plain_here = (wr.p.dev == me) & (wr.p.op == ReduceOp.WRITE)
         m.d.comb += [local.eq(wr.valid & plain_here), remote.eq(wr.valid & ~plain_here)]
-        # local beats: into memory now, or through a register slice
-        beat = stream.Signature(data.StructLayout({
+        into_mem = stream.Signature(data.StructLayout({
             "req": WriteRequest(self._mem_addr, self._data_width),
             "chan": len(wr.p.chan)})).create(path=("local_beat",))
-        m.d.comb += [beat.valid.eq(local), beat.p.req.addr.eq(wr.p.addr),
-                     beat.p.req.data.eq(wr.p.data), beat.p.req.be.eq(wr.p.be),
-                     beat.p.chan.eq(wr.p.chan)]
-        if self._register_local:
-            m.submodules.local_slice = local_slice = RegisterSlice(beat.p.shape())
-            wiring.connect(m, beat, local_slice.i)
-            into_mem = local_slice.o
-        else:
-            into_mem = beat
-        m.d.comb += [self.local_w.valid.eq(into_mem.valid), self.local_w.p.eq(into_mem.p.req),
+        m.d.comb += [into_mem.valid.eq(local), into_mem.p.req.addr.eq(wr.p.addr),
+                     into_mem.p.req.data.eq(wr.p.data), into_mem.p.req.be.eq(wr.p.be),
+                     into_mem.p.chan.eq(wr.p.chan),
+                     self.local_w.valid.eq(into_mem.valid), self.local_w.p.eq(into_mem.p.req),
                      into_mem.ready.eq(self.local_w.ready)]
         msg = Signal(self._request)
         with m.If(remote):
@@ -211,7 +231,9 @@ class NetworkPort(wiring.Component):
         with m.Else():
             m.d.comb += [msg.dst.eq(self.sig.p.dev), msg.kind.eq(NetKind.SIGNAL),
                          msg.sem.eq(self.sig.p.sem)]
-        queued, empty = Signal(), Signal(D)
+        # the queue a beat or a signal would go to has room: from their payloads
+        # (not through ``msg``, whose choice depends on the beat's valid)
+        beat_room, sig_room, empty = Signal(), Signal(), Signal(D)
         for j in range(D):
             q = Queue(self._request, self._net_depth)
             m.submodules[f"out{j}"] = q
@@ -219,20 +241,29 @@ class NetworkPort(wiring.Component):
             m.d.comb += [q.w.payload.eq(msg),
                          q.w.valid.eq((remote | self.sig.valid) & (msg.dst == j)),
                          empty[j].eq(q.level == 0)]
-            with m.If(msg.dst == j):
-                m.d.comb += queued.eq(q.w.ready)
+            with m.If(wr.p.dev == j):
+                m.d.comb += beat_room.eq(q.w.ready)
+            with m.If(self.sig.p.dev == j):
+                m.d.comb += sig_room.eq(q.w.ready)
         written = Signal()                       # a local beat entered memory
         m.d.comb += [written.eq(into_mem.valid & into_mem.ready),
-                     wr.ready.eq(Mux(plain_here, beat.ready, queued)),
-                     self.sig.ready.eq(~remote & queued),
+                     wr.ready.eq(Mux(plain_here, into_mem.ready, beat_room)),
+                     self.sig.ready.eq(~remote & sig_room),
                      self.idle.eq(empty.all())]
         # acks to the DMA: a local beat's at once, else a remote one's
         m.submodules.acks_in = acks = Queue(len(self.ack_in.p.chan), self._ack_depth)
         m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
                      self.ack_in.ready.eq(acks.w.ready),
-                     self.wr_ack.valid.eq(written | acks.r.valid),
-                     self.wr_ack.p.eq(Mux(written, into_mem.p.chan, acks.r.payload)),
                      acks.r.ready.eq(~written & self.wr_ack.ready)]
+        ack_valid, ack_chan = Signal(), Signal.like(self.wr_ack.p)
+        m.d.comb += [ack_valid.eq(written | acks.r.valid),
+                     ack_chan.eq(Mux(written, into_mem.p.chan, acks.r.payload))]
+        if self._register_wr:
+            # the DMA takes an ack every cycle: a register, so that a write port's
+            # grant does not reach the DMA's completion counts in the same cycle
+            m.d.sync += [self.wr_ack.valid.eq(ack_valid), self.wr_ack.p.eq(ack_chan)]
+        else:
+            m.d.comb += [self.wr_ack.valid.eq(ack_valid), self.wr_ack.p.eq(ack_chan)]
         self._incoming(m, nin)
         return m
 
@@ -412,7 +443,7 @@ class Device(wiring.Component):
         m.submodules.net = net = NetworkPort(arch, local_dev=self._index,
                                              data_width=self._data_width,
                                              net_depth=self._net_depth, ack_depth=self._ack_depth,
-                                             register_local=self.mem.shared_write)
+                                             register_wr=self.mem.shared_write)
         m.submodules.commit_bytes = cb = CommitBytes(arch, self._index)
 
         # host port: registers, instruction memory, windows onto data memory and the TLB
@@ -445,8 +476,10 @@ class Device(wiring.Component):
             dma.clear.eq(cop.dma_clear), dma.flush.eq(cop.dma_flush),
             cop.beat.valid.eq(dma.wr.valid & dma.wr.ready),
             cop.beat.chan.eq(dma.wr.p.chan), cop.beat.be.eq(dma.wr.p.be),
-            cb.ctx.eq(cop.commit_ctx), cop.commit_bytes.eq(cb.total),
-            cop.mmu_idle.eq(mmu.idle),      # a COMMIT's bytes: the TLB with every command done
+            # a COMMIT's bytes, taken from the TLB while the MMU places it (the
+            # coprocessor adds them three cycles after sending it)
+            cb.ctx.eq(mmu.commit_ctx), cb.place.eq(mmu.commit_place),
+            cop.commit_bytes.eq(cb.total), cop.mmu_idle.eq(mmu.idle),
         ]
         m.d.comb += [cb.entries[i].eq(e) for i, e in enumerate(mmu.entries)]
 
@@ -480,6 +513,6 @@ class Device(wiring.Component):
             self.step_ack.eq(cop.step_ack),
             self.running.eq(cop.status == StatusCode.RUNNING),
             self.stuck.eq((cop.status != StatusCode.RUNNING) | cop.blocked),
-            self.quiet.eq(cop.copies_done & mmu.idle & net.idle & ~sig_out.o.valid),
+            self.quiet.eq(cop.copies_done & mmu.idle & ~cb.busy & net.idle & ~sig_out.o.valid),
         ]
         return m

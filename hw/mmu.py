@@ -38,9 +38,11 @@ mix: the hit vector reads the entries' ``valid``, ``staged``, ``ctx``,
 ``valid`` and ``staged``, which the select stage does not read, so a
 translation they overtake between the two edges sees the state before them.
 ``REMAP`` also writes fields, so it executes only at an edge where no hit
-vector is waiting for its fields (``fields_free``), and while it waits the
-match stage registers no new hit vector (``hold``): under a continuous
-translation stream a REMAP costs one bubble, INVAL and COMMIT none.
+vector is waiting for its fields (``fields_free``: the select stage's input
+is empty), and while it waits the match stage registers no new hit vector
+(``hold``): under a continuous translation stream a REMAP costs two bubbles,
+INVAL and COMMIT none. (The coprocessor sends a REMAP only while every DMA
+channel is done, so in a device a REMAP costs nothing.)
 
 Commands take effect two edges after they are accepted, and the next one is
 accepted at the edge where the previous one takes effect: one command every
@@ -275,8 +277,8 @@ class SelectStage(_LookupStage):
         Read at the edge that takes ``i`` (see ``fields_free``).
     o : ``Out(stream.Signature(TlbSelection(arch, tag_width)))``
     fields_free : ``Out(1)``
-        No hit vector waits for the entries' fields after this edge: ``i``
-        is empty or being taken. An entry's fields may change at this edge.
+        No hit vector waits for the entries' fields: ``i`` is empty. An
+        entry's fields may change at this edge.
     """
 
     def __init__(self, arch, tag_width=4):
@@ -298,7 +300,9 @@ class SelectStage(_LookupStage):
             m.d.comb += getattr(sel, name).eq(
                 _or_all(Mux(onehot[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
         _pipeline_register(m, self.i, self.o, sel)
-        m.d.comb += self.fields_free.eq(~self.i.valid | self.i.ready)
+        # from the valid register alone: the response's ready (the DMA's) must
+        # not reach the command unit's ready, and from there the coprocessor
+        m.d.comb += self.fields_free.eq(~self.i.valid)
         return m
 
 
@@ -390,6 +394,10 @@ class CommandUnit(wiring.Component):
         new hit vector.
     fields_free : ``In(1)``
         The lookup reads no fields after this edge: a REMAP may execute.
+    commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``
+        The command register's context, and a COMMIT is in ``PLACE``: the
+        entries are then those it acts on (every earlier command has taken
+        effect, and it takes effect at the next edge but one).
     """
 
     def __init__(self, arch):
@@ -403,6 +411,8 @@ class CommandUnit(wiring.Component):
             "victim": Out(range(max(2, n))),
             "fields_write": Out(1),
             "fields_free": In(1),
+            "commit_ctx": Out(ctx_bits(arch)),
+            "commit_place": Out(1),
         })
 
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
@@ -430,6 +440,7 @@ class CommandUnit(wiring.Component):
         m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
         remap = c.op == MmuOp.REMAP
+        m.d.comb += self.commit_ctx.eq(c.ctx)
         with m.FSM(name="command"):
             with m.State("ACCEPT"):
                 m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
@@ -437,6 +448,7 @@ class CommandUnit(wiring.Component):
                     m.d.sync += c.eq(self.cmd.payload)
                     m.next = "PLACE"
             with m.State("PLACE"):
+                m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
                 same, free = self._place(m, c, vpn)
                 m.next = "EXECUTE"
             with m.State("EXECUTE"):
@@ -517,6 +529,10 @@ class MMU(wiring.Component):
         edge where it takes effect (one command per two cycles).
     idle : ``Out(1)``
         No command is pending (every accepted command has taken effect).
+    commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``
+        A COMMIT accepted at edge *t* is being placed (between edges *t+1*
+        and *t+2*) with this context: the entries are then the TLB it acts
+        on (the device sums its zero-copy bytes then).
     tlb_index : ``In(range(tlb_entries))``
         Entry to show on ``tlb_entry`` (the host port reads the TLB back this way).
     tlb_entry : ``Out(TlbEntry(arch))``
@@ -538,6 +554,8 @@ class MMU(wiring.Component):
             "rsp": Out(stream.Signature(translate_response(arch, tag_width))),
             "cmd": In(stream.Signature(MmuCommand(arch))),
             "idle": Out(1),
+            "commit_ctx": Out(ctx_bits(arch)),
+            "commit_place": Out(1),
             "tlb_index": In(range(max(2, arch.tlb_entries))),
             "tlb_entry": Out(TlbEntry(arch)),
         })
@@ -579,6 +597,7 @@ class MMU(wiring.Component):
         for k, e in enumerate(cmds.entries):
             m.d.comb += [match.entries[k].eq(e), select.entries[k].eq(e)]
         m.d.comb += [self.idle.eq(cmds.idle), match.hold.eq(cmds.fields_write),
+                     self.commit_ctx.eq(cmds.commit_ctx), self.commit_place.eq(cmds.commit_place),
                      cmds.fields_free.eq(select.fields_free)]
         with m.Switch(self.tlb_index):
             for k, e in enumerate(cmds.entries):

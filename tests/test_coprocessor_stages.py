@@ -469,10 +469,15 @@ def test_counters_count_bytes_per_channel_and_clear():
         assert [ctx.get(b) for b in dut.chan_bytes] == want
         assert ctx.get(dut.cycles) == 51 and ctx.get(dut.descriptors) > 0
         ctx.set(dut.committed, 1)
-        ctx.set(dut.commit_bytes, 4 * PG)
         await ctx.tick()
         ctx.set(dut.committed, 0)
-        await ctx.tick()                         # added a cycle after the COMMIT
+        ctx.set(dut.commit_bytes, 7 * PG)        # not yet: the MMU is placing the COMMIT
+        await ctx.tick()
+        await ctx.tick()                         # ... then the device sums its terms
+        ctx.set(dut.commit_bytes, 4 * PG)        # the sum, in the third cycle after it
+        await ctx.tick()
+        ctx.set(dut.commit_bytes, 9 * PG)
+        await ctx.tick()
         ctx.set(dut.restart, 1)
         assert ctx.get(dut.bytes_remapped) == 4 * PG
         await ctx.tick()

@@ -322,7 +322,8 @@ def test_no_fault_queue():
     """The MMU keeps no fault records (the DMA's, with their channel, are the
     ones the coprocessor queues): no fault ports, no ``fault_depth``."""
     mmu = MMU(ARCH)
-    assert set(mmu.signature.members) == {"req", "rsp", "cmd", "idle", "tlb_index", "tlb_entry"}
+    assert set(mmu.signature.members) == {"req", "rsp", "cmd", "idle", "commit_ctx", "commit_place",
+                                          "tlb_index", "tlb_entry"}
     with pytest.raises(TypeError):
         MMU(ARCH, fault_depth=4)
 
@@ -384,3 +385,39 @@ def test_back_to_back_commands():
         assert rtl_tlb(ctx, mmu) == model.rtl_view()
 
     run_simulation(mmu, [tb])
+
+
+def test_commit_place_shows_the_commit_being_placed():
+    """``commit_place`` is high for one cycle, the one after a COMMIT is
+    accepted, with its context on ``commit_ctx``; never for REMAP or INVAL."""
+    mmu = MMU(ARCH)
+    cmds = [dict(op="REMAP", ctx=1, size=0, perm=3, dev=0, va=0, pa=0, staged=1),
+            dict(op="COMMIT", ctx=1), dict(op="INVAL", ctx=0, size=0, va=0, staged=0),
+            dict(op="COMMIT", ctx=2)]
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(mmu.cmd.valid, 1)
+        cycle = 0
+        for c in cmds:
+            ctx.set(mmu.cmd.payload, mmu_command(**c))
+            while True:
+                _, _, ready, place, cctx = await ctx.tick().sample(mmu.cmd.ready, mmu.commit_place,
+                                                                   mmu.commit_ctx)
+                cycle += 1
+                if place:
+                    seen.append((cycle, int(cctx)))
+                if ready:
+                    break
+            if c["op"] == "COMMIT":
+                seen.append(("accepted", cycle))
+        ctx.set(mmu.cmd.valid, 0)
+        for _ in range(4):
+            _, _, place, cctx = await ctx.tick().sample(mmu.commit_place, mmu.commit_ctx)
+            cycle += 1
+            if place:
+                seen.append((cycle, int(cctx)))
+
+    run_simulation(mmu, [tb])
+    first, second = [e[1] for e in seen if e[0] == "accepted"]
+    assert [e for e in seen if e[0] != "accepted"] == [(first + 1, 1), (second + 1, 2)]

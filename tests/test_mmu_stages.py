@@ -102,7 +102,7 @@ def test_match_stage(seed):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_select_stage(seed):
-    """The lowest-index hit entry's fields; ``fields_free`` is "input empty or taken"."""
+    """The lowest-index hit entry's fields; ``fields_free`` is "input empty"."""
     rng = random.Random(10 + seed)
     model = random_tlb(rng)
     dut = SelectStage(ARCH)
@@ -128,7 +128,7 @@ def test_select_stage(seed):
     async def free(ctx):
         async for _, _, v, r, f in ctx.tick().sample(dut.i.valid, dut.i.ready,
                                                      dut.fields_free):
-            assert f == (not v or r)
+            assert f == (not v)
 
     run_simulation(dut, [producer(dut.i, items, rng), consumer],
                    [stream_monitor(dut.o, log=log, name="select.o"), free])
@@ -225,8 +225,8 @@ def test_remap_eviction_under_traffic(bp_prob):
     """REMAPs evict and refill entries while translations stream every cycle:
     every response equals the translation of one TLB state in the command
     sequence, never a mix (the hit vector of one state with another state's
-    fields), the states seen never go backwards, and a REMAP costs at most one
-    bubble (without back-pressure). Without the interlock (``hold`` tied low,
+    fields), the states seen never go backwards, and a REMAP costs at most two
+    bubbles (without back-pressure). Without the interlock (``hold`` tied low,
     or ``fields_free`` tied high under back-pressure) this fails."""
     mmu = MMU(ARCH)
     rng = random.Random(5)
@@ -278,7 +278,7 @@ def test_remap_eviction_under_traffic(bp_prob):
         assert all(_result(states[-1].translate(0, va, w)) == r
                    for (va, w), r in zip(sent[n_settled:], seen[n_settled:]))
         if not bp_prob:
-            assert cycle - accepted <= len(cmds)       # at most one bubble per REMAP
+            assert cycle - accepted <= 2 * len(cmds)   # at most two bubbles per REMAP
 
     run_simulation(mmu, [tb])
 

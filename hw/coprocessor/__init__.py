@@ -57,10 +57,10 @@ Execution, one instruction at a time, in order:
   every descriptor issued to it (the ISA's implicit fence, no fault check). A
   *staged* ``REMAP`` waits too: the TLB is the page table, and placing a
   staged entry may evict an active one that a copy in flight still needs.
-  A ``COMMIT`` also waits until the MMU is idle (``mmu_idle``), so that the
-  bytes it activates (``commit_bytes``, added to ``bytes_remapped``) are read
-  from the TLB that every earlier command left. Every MMU command also
-  pulses the DMA's ``flush``;
+  A ``COMMIT`` also waits until the MMU is idle (``mmu_idle``); the bytes
+  it activates (``commit_bytes``, summed by the device from the TLB as the
+  MMU places the COMMIT) are added to ``bytes_remapped`` three cycles after
+  it is sent. Every MMU command also pulses the DMA's ``flush``;
 * ``FENCE`` waits, per channel of its mask, until the channel has completed
   every descriptor issued to it (issued and completed descriptors are counted
   per channel, so a FENCE right after a COPY cannot slip through before the

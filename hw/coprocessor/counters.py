@@ -40,9 +40,10 @@ class Counters(wiring.Component):
     issued : ``In(channels)``
         A COPY was issued (one-hot channel).
     committed : ``In(1)``, commit_bytes : ``In(commit_bytes_shape(arch))``
-        A COMMIT was sent, making ``commit_bytes`` zero-copy bytes active
-        (both registered and added a cycle later: the sum of the TLB's pages
-        and the wide add are then in different cycles).
+        A COMMIT was sent; in the third cycle after it, ``commit_bytes`` are
+        the zero-copy bytes it makes active (summed as the MMU places it,
+        :class:`hw.device.CommitBytes`), added to ``bytes_remapped`` at the
+        end of that cycle.
     cycles : ``Out(counter_width)``
     chan_bytes : ``Out(counter_width).array(channels)``
     descriptors : ``Out(counter_shape(imem_words))``
@@ -68,12 +69,11 @@ class Counters(wiring.Component):
         m = Module()
         nbytes = Signal(range(len(self.beat.be) + 1))
         m.d.comb += nbytes.eq(beat_bytes(self.beat.be))
-        committed, commit_bytes = Signal(), Signal.like(self.commit_bytes)
-        m.d.sync += committed.eq(self.committed & ~self.restart)
-        # loaded only with a COMMIT (it is read only then): a simulator that evaluates every
-        # net every cycle (Verilator) then sums the TLB's pages on those cycles alone
-        with m.If(self.committed):
-            m.d.sync += commit_bytes.eq(self.commit_bytes)
+        # a COMMIT was sent 1, 2, 3 cycles ago (the MMU places it, its bytes are
+        # summed, then added); a restart drops the previous run's
+        placed, summed, committed = Signal(), Signal(), Signal()
+        m.d.sync += [placed.eq(self.committed & ~self.restart),
+                     summed.eq(placed & ~self.restart), committed.eq(summed & ~self.restart)]
         with m.If(self.restart):
             m.d.sync += [self.cycles.eq(0), self.descriptors.eq(0), self.bytes_remapped.eq(0)]
         with m.Else():
@@ -82,7 +82,7 @@ class Counters(wiring.Component):
             with m.If(self.issued.any()):
                 m.d.sync += self.descriptors.eq(self.descriptors + 1)
             with m.If(committed):
-                m.d.sync += self.bytes_remapped.eq(self.bytes_remapped + commit_bytes)
+                m.d.sync += self.bytes_remapped.eq(self.bytes_remapped + self.commit_bytes)
         for c, count in enumerate(self.chan_bytes):
             with m.If(self.restart | self.begin):
                 m.d.sync += count.eq(0)

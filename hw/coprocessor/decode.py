@@ -119,9 +119,9 @@ class CauseSelect(wiring.Component):
     ``fence_all``). ``legal`` is an AND of the same registered
     check bits, computed beside the cause, not from it.
 
-    One register: the program's ISA version, taken from its legal VERSION at
-    word 0 as that instruction leaves (the next word is decoded only after it
-    has).
+    One register: the program's ISA version, taken from the VERSION at word 0
+    as that instruction leaves (the next word is decoded only after it has;
+    an illegal one stops the program at word 0).
 
     Interface attributes
     --------------------
@@ -188,7 +188,10 @@ class CauseSelect(wiring.Component):
         # only legal instructions)
         m.d.comb += [getattr(self.o.p.op, op.name.lower()).eq(word.opcode == op) for op in FORMATS]
         m.d.comb += self.o.p.fence_all.eq(word.fence.mask == 0)
-        with m.If(self.o.valid & self.o.ready & first & unit.version):
+        # taken from any VERSION at word 0, legal or not: an illegal one stops
+        # the program there, and what was decoded after it is flushed unused
+        # (so the enable does not wait for the legality checks)
+        with m.If(self.o.valid & self.o.ready & first & (word.opcode == Op.VERSION)):
             m.d.sync += version.eq(word.version.version)
         return m
 

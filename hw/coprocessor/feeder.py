@@ -16,17 +16,20 @@ class DescriptorFeeder(wiring.Component):
 
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
-    others). A channel *qualifies* when its queue is not empty and the DMA
+    others). A channel *qualifies* when its queue is not empty, the DMA
     has a free slot for its next descriptor or it has faulted (the DMA
-    takes, and drops, anything then). The free slots are counted from a
-    register: the DMA's ``free_slots`` of the previous cycle less the offer
-    taken then (a slot freed in that cycle is seen a cycle late), less the
-    channel's offers not yet taken; the qualifying channels share ``desc``
-    round-robin (:class:`hw.lib.RoundRobin`). The offers go through a
-    :class:`hw.lib.RegisterSlice` (``late_ready``: one cycle from queue to
-    DMA, and the DMA's ready reaches only its pointers and the per-channel
-    counts, never the arbiter); the DMA always has room for what is offered
-    and takes it at once.
+    takes, and drops, anything then), and it is not the registered pick. The
+    free slots are counted from a register: the DMA's ``free_slots`` of the
+    previous cycle less the offer taken then (a slot freed in that cycle is
+    seen a cycle late), less the channel's offers not yet taken. The
+    qualifying channels share ``desc`` round-robin
+    (:class:`hw.lib.RoundRobin`), and the pick is registered: in the next
+    cycle its queue's head moves into the offer (so a channel is picked at
+    most every second cycle, and the arbiter's decision reaches only the
+    pick register, never a queue or the offer). The offers go through a
+    :class:`hw.lib.RegisterSlice` (its output straight from flip-flops: the
+    DMA's slot choice starts from them); the DMA always has room for what is
+    offered and takes it at once. From queue to DMA: two cycles.
 
     Per channel, the descriptors that left its queue are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
@@ -86,10 +89,16 @@ class DescriptorFeeder(wiring.Component):
         # the offer: a two-register queue whose input side is ready from a
         # register, so the DMA's (late) ready never reaches the arbiter or the
         # queues
-        m.submodules.offer = offer = RegisterSlice(layout, late_ready=True)
+        m.submodules.offer = offer = RegisterSlice(layout)
         wiring.connect(m, offer.o, wiring.flipped(self.desc))
+        # the registered pick: moved into the offer when it has room, replaced then
+        picked, pick = Signal(), Signal(range(max(2, C)))
         push = Signal()
-        m.d.comb += push.eq(offer.i.ready & arb.valid & ~self.flush)
+        m.d.comb += push.eq(picked & offer.i.ready & ~self.flush)
+        with m.If(self.flush):
+            m.d.sync += picked.eq(0)
+        with m.Elif(~picked | push):
+            m.d.sync += [picked.eq(arb.valid), pick.eq(arb.grant)]
         taken = self.desc.valid & self.desc.ready
         eligible = Signal(C)
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
@@ -117,10 +126,12 @@ class DescriptorFeeder(wiring.Component):
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(q.level == 0),
                 held[c].eq(offered != 0),
-                # a free slot beyond those the offers will fill
-                eligible[c].eq(q.r.valid & ((slots > offered) | st[c].error)),
-                arb.requests[c].eq(eligible[c]),
-                pop.eq(push & (arb.grant == c)),
+                # a free slot beyond those the offers will fill; not picked already
+                # (its head leaves the queue only when the pick is pushed)
+                eligible[c].eq(q.r.valid & ((slots > offered) | st[c].error)
+                               & ~(picked & (pick == c))),
+                arb.requests[c].eq(eligible[c] & ~self.flush),
+                pop.eq(push & (pick == c)),
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
@@ -133,10 +144,10 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(issued + 1)
         m.d.comb += [
             offer.i.valid.eq(push),
-            offer.i.payload.eq(Array(heads)[arb.grant]),
+            offer.i.payload.eq(Array(heads)[pick]),
             offer.flush.eq(self.flush),
             self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
-            arb.advance.eq(push),
+            arb.advance.eq(~picked | push),
             self.drained.eq(empty.all() & ~held.any() & ~Cat(*[s.busy for s in st]).any()
                             & ~Cat(*[s.error for s in st]).any()),
         ]

@@ -6,7 +6,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus
-from ..lib import ctx_bits
 from ..mmu import MmuCommand, MmuOp
 from .common import CauseCode, StatusCode, StopRequest, UnitInsn, first_fault_cause
 
@@ -55,8 +54,6 @@ class MmuCommandUnit(wiring.Component):
         value 1, for a testbench that answers for the MMU at once.
     flush : ``Out(1)``
         To the DMA.
-    commit_ctx : ``Out(ctx bits)``
-        The context of the COMMIT at hand.
     committed : ``Out(1)``
         A COMMIT was sent.
     """
@@ -74,7 +71,6 @@ class MmuCommandUnit(wiring.Component):
             "cmd": Out(stream.Signature(MmuCommand(arch))),
             "mmu_idle": In(1, init=1),
             "flush": Out(1),
-            "commit_ctx": Out(ctx_bits(arch)),
             "committed": Out(1),
         })
 
@@ -97,8 +93,7 @@ class MmuCommandUnit(wiring.Component):
                          cmd.staged.eq(fi.staged), cmd.va.eq(fi.va[:A])]
         with m.Else():
             m.d.comb += [cmd.op.eq(MmuOp.COMMIT), cmd.ctx.eq(fc.ctx)]
-        m.d.comb += [self.commit_ctx.eq(fc.ctx),
-                     self.flush.eq(self.cmd.valid & self.cmd.ready),
+        m.d.comb += [self.flush.eq(self.cmd.valid & self.cmd.ready),
                      self.insn.ready.eq(self.cmd.valid & self.cmd.ready)]
 
         with m.If(self.insn.valid & step):

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor, DmaFault
 from ..isa import WORD_BITS, ArchParams
-from ..lib import RegisterSlice, check_bus_width, counter_shape, ctx_bits, sem_bits
+from ..lib import RegisterSlice, check_bus_width, counter_shape, sem_bits
 from ..mmu import MmuCommand
 from .common import (CauseCode, Decoded, ImemWrite, SignalMessage, StatusCode, WriteBeatSignature,
                      semaphore_shape)
@@ -98,14 +98,13 @@ class Coprocessor(wiring.Component):
         To the MMU's ``cmd``.
     mmu_idle : ``In(1)``
         From the MMU's ``idle``: a COMMIT is sent only when every earlier
-        command has taken effect, so that ``commit_bytes`` sees them. Reset
-        value 1 (a testbench answering for the MMU may leave it alone).
-    commit_ctx : ``Out(ctx bits)``
-        The context of the COMMIT being executed.
+        command has taken effect. Reset value 1 (a testbench answering for
+        the MMU may leave it alone).
     commit_bytes : ``In(commit_bytes_shape(arch))``
-        Bytes of the staged entries of ``commit_ctx`` that map local memory
-        (added to ``bytes_remapped`` when the COMMIT is sent; the MMU is idle
-        then, so this is the TLB the COMMIT acts on).
+        Bytes of the staged entries of the COMMIT's context that map local
+        memory, in the third cycle after the COMMIT is sent (the device sums
+        them from the TLB as the MMU places the COMMIT); added to
+        ``bytes_remapped`` then.
     sig : ``Out(stream.Signature(SignalMessage(arch)))``
         SIGNAL messages to the interconnect.
     sig_in : ``In(stream.Signature(sem_bits(arch)))``
@@ -176,7 +175,6 @@ class Coprocessor(wiring.Component):
             "beat": In(WriteBeatSignature(C, data_width)),
             "mmu_cmd": Out(stream.Signature(MmuCommand(arch))),
             "mmu_idle": In(1, init=1),
-            "commit_ctx": Out(ctx_bits(arch)),
             "commit_bytes": In(commit_bytes_shape(arch)),
             "sig": Out(stream.Signature(SignalMessage(arch))),
             "sig_in": In(stream.Signature(sem_bits(arch))),
@@ -261,7 +259,7 @@ class Coprocessor(wiring.Component):
             self.copies_done.eq(feeder.done.all()),
             sync.issued.eq(issue.issued), mmu.unfenced.eq(sync.unfenced),
             sync.restart.eq(seq.restart), sync.quiesced.eq(self.quiesced),
-            self.dma_flush.eq(mmu.flush), self.commit_ctx.eq(mmu.commit_ctx),
+            self.dma_flush.eq(mmu.flush),
             mmu.mmu_idle.eq(self.mmu_idle),
             # counters
             counters.restart.eq(seq.restart), counters.begin.eq(seq.begin),
