@@ -506,8 +506,9 @@ class HostPort(wiring.Component):
 
     def _write_path(self, m, h):
         """AW and W, in either order, held until both are there; then the write is decoded
-        (generated from :data:`REGISTERS`: every writable field has a target) and answered
-        on B once every stream it drives has taken its transfer."""
+        (generated from :data:`REGISTERS`: every writable field has a target), executed a
+        cycle later, and answered on B once every stream it drives has taken its
+        transfer."""
         bus = self.bus
         aw_held, aw_addr = Signal(), Signal(ADDR_WIDTH)
         w_held, w_data, w_strb = Signal(), Signal(32), Signal(4)
@@ -523,16 +524,23 @@ class HostPort(wiring.Component):
 
         w = _WriteBeat(w_data, w_strb)
         targets = self._write_targets(m, h, w)
-        with m.If(aw_held & w_held & ~bvalid):
-            with m.Switch(aw_addr[2:]):
-                for r in REGISTERS:
-                    if r.writable:
-                        with m.Case(r.offset >> 2):
-                            m.d.comb += w.ok.eq(1)
-                            for f in r.fields:
-                                targets[f"{r.name}.{f.name}"](f)
+        # the address is decoded into a register (one flag per writable register) in
+        # the cycle after both halves are held, and the write executes from it: the
+        # address comparison never reaches a target's stream or the coprocessor
+        writable = [r for r in REGISTERS if r.writable]
+        sel = Signal(len(writable))
+        decoded = Signal()
+        with m.If(aw_held & w_held & ~bvalid & ~decoded):
+            m.d.sync += [decoded.eq(1),
+                         sel.eq(Cat(*[aw_addr[2:] == r.offset >> 2 for r in writable]))]
+        with m.If(decoded):
+            for k, r in enumerate(writable):
+                with m.If(sel[k]):
+                    m.d.comb += w.ok.eq(1)
+                    for f in r.fields:
+                        targets[f"{r.name}.{f.name}"](f)
             with m.If(~w.stall):
-                m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
+                m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1), decoded.eq(0),
                              bresp.eq(Mux(w.ok, OKAY, SLVERR))]
 
     def _write_targets(self, m, h, w):

