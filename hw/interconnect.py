@@ -21,12 +21,13 @@ offered. Messages from one source to one destination stay in order.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .isa import ArchParams
-from .lib import RoundRobin, chan_bits, check_bus_width, dev_bits, resolve_channels, sem_bits
+from .lib import (RegisterSlice, RoundRobin, chan_bits, check_bus_width, dev_bits,
+                  resolve_channels, sem_bits)
 from .memory import lanes, word_addr_bits
 from .reduce import ReduceOp
 
@@ -75,10 +76,12 @@ class OutputPort(wiring.Component):
     """One crossbar output: round-robin arbitration among ``inputs`` streams
     into a registered output stage.
 
-    The register loads when it is empty or being emptied; the granted input is
-    taken in that cycle, so the output can pass a message every cycle. The
-    arbiter (:class:`hw.lib.RoundRobin`) advances only when a message moves,
-    so with ``k`` inputs offering continuously each gets every ``k``-th slot.
+    The output stage is a :class:`hw.lib.RegisterSlice` (a skid buffer): the
+    granted input is taken whenever its skid entry is free, so the output can
+    pass a message every cycle, and the receiver's ``ready`` reaches only the
+    slice. The arbiter (:class:`hw.lib.RoundRobin`) advances only when a
+    message moves, so with ``k`` inputs offering continuously each gets
+    every ``k``-th slot.
 
     Parameters
     ----------
@@ -120,25 +123,25 @@ class OutputPort(wiring.Component):
         m = Module()
         n = self._inputs
         m.submodules.arbiter = rr = RoundRobin(n)
-        load = Signal()
+        # a skid buffer: the receiver's ready (late: the device's memory grant)
+        # reaches only it, never the arbiter or the senders' queues
+        m.submodules.out = out = RegisterSlice(self._shape)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
+        load = out.i.ready
         m.d.comb += [
             rr.requests.eq(Cat(port.valid for port in self.i)),
-            load.eq(~self.o.valid | self.o.ready),
             rr.advance.eq(load),
-            self.busy.eq(self.o.valid | rr.valid),
+            out.i.valid.eq(rr.valid),
+            self.busy.eq(self.o.valid | ~out.i.ready | rr.valid),
         ]
         for k, port in enumerate(self.i):
             m.d.comb += port.ready.eq(load & (rr.grant == k))
-        with m.If(load & rr.valid):
-            m.d.sync += self.o.valid.eq(1)
-            with m.Switch(rr.grant):
-                for k, port in enumerate(self.i):
-                    with m.Case(k):
-                        m.d.sync += self.o.payload.eq(port.payload)
-                        if self._stamp is not None:
-                            m.d.sync += getattr(self.o.payload, self._stamp).eq(k)
-        with m.Elif(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        with m.Switch(rr.grant):
+            for k, port in enumerate(self.i):
+                with m.Case(k):
+                    m.d.comb += out.i.payload.eq(port.payload)
+                    if self._stamp is not None:
+                        m.d.comb += getattr(out.i.payload, self._stamp).eq(k)
         return m
 
 

@@ -22,7 +22,8 @@ class Translator(wiring.Component):
     at the input is looked up when it is taken and registered with its hit
     flags; a chunk on cached pages leaves the next cycle, otherwise the
     translator asks the MMU, source first, then destination, one request at a
-    time, and fills the cache. A descriptor's first chunk (``first``) is
+    time (its answer registered, then acted on a cycle later), and fills the
+    cache. A descriptor's first chunk (``first``) is
     translated afresh, and ``flush`` empties every cache.
 
     The first failing translation halts the channel (``halt``): a ``FAULT``
@@ -118,7 +119,10 @@ class Translator(wiring.Component):
             self.xlat_req.p.write.eq(side),
             self.dropped.payload.eq(ck.chan),
         ]
-        rsp = self.xlat_rsp.p
+        # the MMU's answer is registered before it is acted on (a cycle per
+        # translation): its fault checks then never reach the caches, the FSM
+        # or the halt flags in the cycle they are made
+        rsp = Signal.like(self.xlat_rsp.p)
         fill = Signal()
         faulting = Signal()
         with m.FSM(name="xlat"):
@@ -138,18 +142,21 @@ class Translator(wiring.Component):
             with m.State("RESPONSE"):
                 m.d.comb += self.xlat_rsp.ready.eq(1)
                 with m.If(self.xlat_rsp.valid):
-                    with m.If(rsp.cause != TranslateCause.NONE):
-                        m.d.sync += cause.eq(rsp.cause)
-                        m.d.comb += faulting.eq(1)
-                        m.next = "FAULT"
+                    m.d.sync += rsp.eq(self.xlat_rsp.p)
+                    m.next = "ANSWER"
+            with m.State("ANSWER"):
+                with m.If(rsp.cause != TranslateCause.NONE):
+                    m.d.sync += cause.eq(rsp.cause)
+                    m.d.comb += faulting.eq(1)
+                    m.next = "FAULT"
+                with m.Else():
+                    m.d.comb += fill.eq(1)
+                    with m.If(side):
+                        m.d.sync += [d_hit.eq(1), d_ppn.eq(rsp.pa[pb:g.pa_bits]),
+                                     d_dev.eq(rsp.dev)]
                     with m.Else():
-                        m.d.comb += fill.eq(1)
-                        with m.If(side):
-                            m.d.sync += [d_hit.eq(1), d_ppn.eq(rsp.pa[pb:g.pa_bits]),
-                                         d_dev.eq(rsp.dev)]
-                        with m.Else():
-                            m.d.sync += [s_hit.eq(1), s_ppn.eq(rsp.pa[pb:g.pa_bits])]
-                        m.next = "LOOKUP"
+                        m.d.sync += [s_hit.eq(1), s_ppn.eq(rsp.pa[pb:g.pa_bits])]
+                    m.next = "LOOKUP"
             with m.State("FAULT"):
                 m.d.comb += [self.cmd.valid.eq(1), cmd.kind.eq(CmdKind.FAULT),
                              cmd.body.fault.ctx.eq(ck.ctx), cmd.body.fault.va.eq(va),
