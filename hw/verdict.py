@@ -53,11 +53,13 @@ class VerdictLine(wiring.Component):
         digit = Signal(range(10))
         power = Signal(range(_DIGITS))         # 10**power is being subtracted
         seen = Signal()                        # a non-zero digit was printed
-        pow10 = Signal(COUNT_BITS)
+        # 10**power, a register: the next one is looked up while this one is
+        # subtracted, so the comparison and the subtraction start from flip-flops
+        pow10, lower = Signal(COUNT_BITS), Signal(COUNT_BITS)
         with m.Switch(power):
-            for k in range(_DIGITS):
+            for k in range(1, _DIGITS):
                 with m.Case(k):
-                    m.d.comb += pow10.eq(10 ** k)
+                    m.d.comb += lower.eq(10 ** (k - 1))
         sent = self.data.valid & self.data.ready
         with m.FSM(name="line") as fsm:
             with m.State("IDLE"):
@@ -75,7 +77,8 @@ class VerdictLine(wiring.Component):
                 ch = Signal(_CHAR)
                 _literal(m, idx, " cycles=", ch)
                 with m.If(sent & (idx == 7)):
-                    m.d.sync += [power.eq(_DIGITS - 1), digit.eq(0), seen.eq(0)]
+                    m.d.sync += [power.eq(_DIGITS - 1), pow10.eq(10 ** (_DIGITS - 1)),
+                                 digit.eq(0), seen.eq(0)]
                 self._emit_text(m, ch, idx, 8, "DECIMAL", sent)
             with m.State("DECIMAL"):
                 # subtract the current power of ten while it fits; then the
@@ -86,7 +89,8 @@ class VerdictLine(wiring.Component):
                     show = seen | (digit != 0) | (power == 0)
                     m.d.comb += [self.data.valid.eq(show), self.data.payload.eq(ord("0") + digit)]
                     with m.If(~show | self.data.ready):
-                        m.d.sync += [digit.eq(0), seen.eq(show), power.eq(power - 1)]
+                        m.d.sync += [digit.eq(0), seen.eq(show), power.eq(power - 1),
+                                     pow10.eq(lower)]
                         with m.If(power == 0):
                             m.d.sync += idx.eq(0)
                             m.next = "CRC_TEXT"
