@@ -93,18 +93,26 @@ class MmuCommandUnit(wiring.Component):
                          cmd.staged.eq(fi.staged), cmd.va.eq(fi.va[:A])]
         with m.Else():
             m.d.comb += [cmd.op.eq(MmuOp.COMMIT), cmd.ctx.eq(fc.ctx)]
-        m.d.comb += [self.flush.eq(self.cmd.valid & self.cmd.ready),
-                     self.insn.ready.eq(self.cmd.valid & self.cmd.ready)]
+        # the retire condition as one AND-OR of the opcode flags and terms of the
+        # status alone (the latter ready before the instruction's flags are)
+        unfenced, faulted = Signal(), Signal()
+        m.d.comb += [unfenced.eq(self.unfenced.any()), faulted.eq(all_done & error.any())]
+        commit_ok = ~unfenced & ~faulted & all_done & self.mmu_idle
+        sent = Signal()
+        m.d.comb += sent.eq(self.insn.valid & step & self.cmd.ready
+                            & ((op.remap | op.inval & ~fi.staged) & all_done
+                               | op.inval & fi.staged | op.commit & commit_ok))
+        m.d.comb += [self.flush.eq(sent), self.insn.ready.eq(sent)]
 
         with m.If(self.insn.valid & step):
             with m.If(op.remap | op.inval):
                 at_once = op.inval & fi.staged        # a staged INVAL
                 m.d.comb += self.cmd.valid.eq(all_done | at_once)
             with m.Elif(op.commit):
-                with m.If(self.unfenced.any()):
+                with m.If(unfenced):
                     m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.ILLEGAL),
                                  stop.cause.eq(CauseCode.COMMIT_UNFENCED)]
-                with m.Elif(all_done & error.any()):
+                with m.Elif(faulted):
                     m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
                                  stop.cause.eq(all_cause)]
                 with m.Elif(all_done & self.mmu_idle):
