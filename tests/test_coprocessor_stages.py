@@ -186,10 +186,12 @@ def test_sequencer_dispatches_in_order_and_stops():
         for pc, (op, w) in enumerate(zip(ops, words)):
             await stream_put(ctx, dut.insn, {"pc": pc, **unit_insn_of(w), "cause": CauseCode.NONE,
                                              "unit": dispatch_of(op)}, rng=rng, idle_prob=0.3)
-        # an illegal instruction stops the program where it is
+        # an illegal instruction stops the program where it is, a cycle after it is seen
         ctx.set(dut.insn.valid, 1)
         ctx.set(dut.insn.p, {"pc": 7, "word": {"bits": 0x55}, "cause": CauseCode.BAD_OPCODE,
                              "unit": dispatch_of(0x55, Cause.BAD_OPCODE)})
+        await ctx.tick()
+        assert code(ctx.get(dut.status)) == StatusCode.RUNNING.value and not ctx.get(dut.insn.ready)
         await ctx.tick()
         ctx.set(dut.insn.valid, 0)
         assert (code(ctx.get(dut.status)), code(ctx.get(dut.cause))) == (

@@ -19,7 +19,8 @@ class Sequencer(wiring.Component):
       the DMA's channels, the descriptor queues and the fault queue are
       cleared) until ``drained``; the last cycle pulses ``begin``;
     * ``EXEC``: ``run`` is high and the decoded instructions on ``insn`` are
-      executed in order. An illegal one stops with ``ILLEGAL`` and its cause;
+      executed in order. An illegal one stops with ``ILLEGAL`` and its cause
+      (every stop takes effect a cycle after it is asked for);
       a VERSION retires here; every other instruction goes to the unit of
       :data:`UNIT_OPS` on the stream of that name, and retires when the unit
       takes it. Which one is the decoder's ``unit`` flags (registered with
@@ -110,6 +111,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += [stop.eq(1), stop_req.eq(req.p)]
         m.d.comb += self.step_ack.eq(self.step_mode & ((insn.valid & insn.ready) | stop
                                                        | (self.blocked & self.step)))
+        stopping, stopping_req = Signal(), Signal(StopRequest())
+        m.d.sync += [stopping.eq(stop & self.run & ~stopping), stopping_req.eq(stop_req)]
 
         with m.FSM(name="seq"):
             with m.State("STOPPED"):
@@ -125,7 +128,10 @@ class Sequencer(wiring.Component):
                     m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += self.run.eq(1)
-                with m.If(stop):
-                    m.d.sync += [self.status.eq(stop_req.status), self.cause.eq(stop_req.cause)]
+                # the stop request registered and applied a cycle later (it stands:
+                # the instruction that asks for it cannot retire meanwhile)
+                with m.If(stopping):
+                    m.d.sync += [self.status.eq(stopping_req.status),
+                                 self.cause.eq(stopping_req.cause)]
                     m.next = "STOPPED"
         return m

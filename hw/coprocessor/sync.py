@@ -132,20 +132,20 @@ class SyncUnit(wiring.Component):
 
         m.d.comb += [self.sig.p.dev.eq(w.signal.dev), self.sig.p.sem.eq(w.signal.sem)]
         stop = self.stop.p
+        fenced, fence_faulted = Signal(), Signal()
+        m.d.comb += [fenced.eq((self.done | ~fmask).all()), fence_faulted.eq((fmask & error).any())]
+        # the retire condition as one AND-OR of the opcode flags and conditions
+        m.d.comb += self.insn.ready.eq(self.insn.valid & step & (
+            op.fence & fenced & ~fence_faulted | op.signal & self.sig.ready | op.wait & satisfied))
         with m.If(self.insn.valid):
             with m.If(op.fence):
-                with m.If(step & (self.done | ~fmask).all()):
-                    with m.If((fmask & error).any()):
-                        m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
-                                     stop.cause.eq(fence_cause)]
-                    with m.Else():
-                        m.d.comb += self.insn.ready.eq(1)
+                with m.If(step & fenced & fence_faulted):
+                    m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
+                                 stop.cause.eq(fence_cause)]
             with m.Elif(op.signal):
-                m.d.comb += [self.sig.valid.eq(step), self.insn.ready.eq(step & self.sig.ready)]
+                m.d.comb += self.sig.valid.eq(step)
             with m.Elif(op.wait):
-                with m.If(satisfied):
-                    m.d.comb += self.insn.ready.eq(step)
-                with m.Else():
+                with m.If(~satisfied):
                     m.d.comb += self.blocked.eq(~reached)
                     # quiesced implies blocked (see the class documentation), so
                     # the stop does not wait for the semaphore comparison
