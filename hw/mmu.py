@@ -536,7 +536,7 @@ class MMU(wiring.Component):
     tlb_index : ``In(range(tlb_entries))``
         Entry to show on ``tlb_entry`` (the host port reads the TLB back this way).
     tlb_entry : ``Out(TlbEntry(arch))``
-        The entry at ``tlb_index``, combinationally.
+        The entry at ``tlb_index``, registered (as both were at the last edge).
     """
 
     def __init__(self, arch, *, local_dev=0, tag_width=4):
@@ -599,8 +599,11 @@ class MMU(wiring.Component):
         m.d.comb += [self.idle.eq(cmds.idle), match.hold.eq(cmds.fields_write),
                      self.commit_ctx.eq(cmds.commit_ctx), self.commit_place.eq(cmds.commit_place),
                      cmds.fields_free.eq(select.fields_free)]
+        # registered: the host port's read multiplexer starts from flip-flops
         with m.Switch(self.tlb_index):
             for k, e in enumerate(cmds.entries):
                 with m.Case(k):
-                    m.d.comb += self.tlb_entry.eq(e)
+                    m.d.sync += self.tlb_entry.eq(e)
+            with m.Default():
+                m.d.sync += self.tlb_entry.eq(0)
         return m

@@ -329,7 +329,8 @@ def test_no_fault_queue():
 
 
 def test_tlb_read_back_port():
-    """``tlb_index`` / ``tlb_entry`` show the entry a REMAP placed (the host port's view)."""
+    """``tlb_index`` / ``tlb_entry`` show the entry a REMAP placed (the host port's view),
+    a cycle after the index is set."""
     from amaranth.sim import Simulator
     from hw.isa import ArchParams
     from hw.mmu import MMU, MmuOp
@@ -348,9 +349,12 @@ def test_tlb_read_back_port():
         ctx.set(dut.cmd.valid, 0)
         await ctx.tick().until(dut.idle)
         ctx.set(dut.tlb_index, 0)
+        await ctx.tick()                                  # the entry is registered
         e = ctx.get(dut.tlb_entry)
         assert (e.valid, e.ctx, e.perm, e.vpn, e.ppn) == (1, 1, 3, 3, 5)
         ctx.set(dut.tlb_index, 1)
+        assert ctx.get(dut.tlb_entry).valid == 1          # still entry 0's, until the edge
+        await ctx.tick()
         assert ctx.get(dut.tlb_entry).valid == 0
 
     sim = Simulator(dut)
