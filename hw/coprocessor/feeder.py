@@ -19,9 +19,9 @@ class DescriptorFeeder(wiring.Component):
     others). A channel *qualifies* when its queue is not empty, the DMA
     has a free slot for its next descriptor or it has faulted (the DMA
     takes, and drops, anything then), and it is not the registered pick. The
-    free slots are counted from a register: the DMA's ``free_slots`` of the
-    previous cycle less the offer taken then (a slot freed in that cycle is
-    seen a cycle late), less the channel's offers not yet taken. The
+    free slots are counted from registers: the DMA's ``free_slots`` of the
+    previous cycle (a slot freed in that cycle is seen a cycle late) against
+    the channel's offers then, both before that cycle's take. The
     qualifying channels share ``desc`` round-robin
     (:class:`hw.lib.RoundRobin`), and the pick is registered: in the next
     cycle its queue's head moves into the offer (so a channel is picked at
@@ -100,6 +100,8 @@ class DescriptorFeeder(wiring.Component):
         with m.Elif(~picked | push):
             m.d.sync += [picked.eq(arb.valid), pick.eq(arb.grant)]
         taken = self.desc.valid & self.desc.ready
+        flushed = Signal()      # a take in a flush cycle is not in ``slots``: skip a cycle
+        m.d.sync += flushed.eq(self.flush)
         eligible = Signal(C)
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
         w_ready, empty, held = Signal(C), Signal(C), Signal(C)
@@ -110,16 +112,19 @@ class DescriptorFeeder(wiring.Component):
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
             gone = taken & (self.desc.p.chan == c)
-            # the channel's descriptors in the offer queue (0..2)
-            offered = Signal(range(3), name=f"offered{c}")
+            # The DMA's free slots and the channel's offers, both registered before
+            # the take of their cycle is subtracted: a take lowers both by one, so
+            # "a free slot beyond the offers" compares them as they are, and the
+            # DMA's ready reaches only ``took`` (a slot freed in a cycle is seen
+            # a cycle late).
+            slots = Signal(range(3), name=f"slots{c}")            # free_slots, registered
+            in_flight = Signal(range(4), name=f"in_flight{c}")    # offers, with the pop
+            took = Signal(name=f"took{c}")                        # ... and the take
+            offered = Signal(range(3), name=f"offered{c}")        # in the offer queue
+            m.d.comb += offered.eq(in_flight - took)
+            m.d.sync += [slots.eq(self.free_slots[c]), in_flight.eq(offered + pop), took.eq(gone)]
             with m.If(self.flush):
-                m.d.sync += offered.eq(0)
-            with m.Else():
-                m.d.sync += offered.eq(offered + pop - gone)
-            # the DMA's free slots after this cycle's take, registered (a slot
-            # freed in this cycle is seen a cycle late)
-            slots = Signal(range(3), name=f"slots{c}")
-            m.d.sync += slots.eq(Mux(self.free_slots[c] > gone, self.free_slots[c] - gone, 0))
+                m.d.sync += [in_flight.eq(0), took.eq(0)]
             m.d.comb += [
                 q.w.valid.eq(self.w.valid & (self.w.p.chan == c)),
                 q.w.payload.eq(self.w.payload),
@@ -128,8 +133,8 @@ class DescriptorFeeder(wiring.Component):
                 held[c].eq(offered != 0),
                 # a free slot beyond those the offers will fill; not picked already
                 # (its head leaves the queue only when the pick is pushed)
-                eligible[c].eq(q.r.valid & ((slots > offered) | st[c].error)
-                               & ~(picked & (pick == c))),
+                eligible[c].eq(q.r.valid & ((slots > in_flight) | st[c].error)
+                               & ~(picked & (pick == c)) & ~flushed),
                 arb.requests[c].eq(eligible[c] & ~self.flush),
                 pop.eq(push & (pick == c)),
                 q.r.ready.eq(self.flush | pop),
