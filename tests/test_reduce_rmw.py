@@ -270,32 +270,37 @@ def test_hypothesis_beats(seed, dw, data):
 @pytest.mark.parametrize("depth", [1, 3, 4])
 def test_inflight_ring(depth):
     """Random pushes and pops (never past full or empty, pushes and pops in
-    one cycle included) against a deque; ``hit`` for random probes, with and
-    without the oldest entry skipped."""
+    one cycle included) against a deque; ``hit`` for a probe loaded at
+    random edges (with pushes and pops at the same edge), with and without
+    the oldest entry skipped."""
     from collections import deque
     dut = InFlight(depth, 3)
     rng = random.Random(depth)
     errors = []
 
     async def tb(ctx):
-        held = deque()
+        held, held_probe = deque(), 0
         for _ in range(400):
             pop = bool(held) and rng.random() < 0.5
             push = (len(held) < depth or pop) and rng.random() < 0.6
             addr, probe, skip = rng.randrange(8), rng.randrange(8), rng.random() < 0.5
+            load = rng.random() < 0.5
             ctx.set(dut.push, push)
             ctx.set(dut.push_addr, addr)
             ctx.set(dut.pop, pop)
-            ctx.set(dut.probe, probe)
+            ctx.set(dut.load, load)
+            ctx.set(dut.load_addr, probe)
             ctx.set(dut.skip_oldest, skip)
-            want = probe in (list(held)[1:] if skip else list(held))
+            want = held_probe in (list(held)[1:] if skip else list(held))
             if ctx.get(dut.hit) != want:
-                errors.append((list(held), probe, skip))
+                errors.append((list(held), held_probe, skip))
             await ctx.tick()
             if pop:
                 held.popleft()
             if push:
                 held.append(addr)
+            if load:
+                held_probe = probe
 
     run_simulation(dut, [tb])
     assert not errors, errors[:5]

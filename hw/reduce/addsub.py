@@ -1,10 +1,11 @@
 """Adder stage 3: add or subtract the aligned significands."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Mux
+from amaranth.hdl import Cat, Const, Mux, Signal
 
 from .common import LaneStage
-from .layouts import GUARD_BITS, AlignedLane, Lanes, SumLane
+from .layouts import GUARD_BITS, AlignedLane, Lanes, SumLane, ext_bits
+from .normalize import leading_zeros
 
 __all__ = ["AddSub"]
 
@@ -15,7 +16,8 @@ class AddSub(LaneStage):
     is exact except for the sticky bit, which keeps rounding correct. An
     exact zero from operands of different signs is +0 (round to nearest
     even), from operands of one sign it keeps that sign (-0 + -0 = -0).
-    One register; parameters as :class:`~.common.LaneStage`.
+    It also counts how far :class:`~.normalize.Normalize` shifts the sum
+    left (``left``). One register; parameters as :class:`~.common.LaneStage`.
 
     Interface attributes
     --------------------
@@ -32,13 +34,21 @@ class AddSub(LaneStage):
         return Lanes(SumLane(fmt), lanes, user_shape)
 
     def compute(self, m, p):
+        W = ext_bits(self._fmt)
         out = [self.o.p.user.eq(p.user)]
         for k in range(self._lanes):
             a, o = p.lanes[k], self.o.p.lanes[k]
             big = Cat(Const(0, GUARD_BITS), a.big)
-            total = Mux(a.sub, big - a.small, big + a.small)
+            total = Signal(W + 1, name=f"total{k}")
+            m.d.comb += total.eq(Mux(a.sub, big - a.small, big + a.small))
+            # Normalize's left shift, counted here (the adder's carry chain is
+            # short) so that stage only shifts: the leading zeros of the sum
+            # with a one forced at bit W - exp, which caps the count at
+            # exp - 1 (the exponent steps down to 1 at most) without a compare
+            floor = Cat(*[a.exp == W - j for j in range(W)])
+            left = leading_zeros(m, total[:W] | floor, f"left{k}")
             out += [
                 o.sum.eq(total), o.exp.eq(a.exp), o.nan.eq(a.nan), o.inf.eq(a.inf),
-                o.sign.eq(a.sign & ~(a.sub & (big == a.small))),
+                o.sign.eq(a.sign & ~(a.sub & (big == a.small))), o.left.eq(left),
             ]
         return out

@@ -38,7 +38,12 @@ class Align(LaneStage):
             # leaves only the sticky bit
             wide = Signal(2 * W, name=f"wide{k}")
             m.d.comb += wide.eq(Cat(Const(0, W + GUARD_BITS), a.small) >> a.shift)
-            out.append(o.small.eq(Cat(wide[W] | wide[:W].any(), wide[W + 1:])))
+            # the sticky bit, wide[:W + 1].any(), from the unshifted operand
+            # beside the shifter, not after it: small[j] lands at or below
+            # bit W when j + GUARD_BITS <= shift
+            sticky = Cat(*[a.small[j] & (a.shift >= j + GUARD_BITS)
+                           for j in range(len(a.small))]).any()
+            out.append(o.small.eq(Cat(sticky, wide[W + 1:])))
             out += [getattr(o, name).eq(getattr(a, name))
                     for name in ("sign", "exp", "sub", "nan", "inf", "big")]
         return out

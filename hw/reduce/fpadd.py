@@ -1,7 +1,7 @@
 """The floating-point lane adder: align, add, normalize-and-round."""
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -106,8 +106,18 @@ class FpAdd(wiring.Component):
             m.submodules[type(stage).__name__.lower()] = stage
         m.submodules.operands = operands = RegisterSlice(AddOperands(f, n, user))
         wiring.connect(m, wiring.flipped(self.i), operands.i)
-        wiring.connect(m, operands.o, stages[0].i)
-        for a, b in zip(stages, stages[1:]):
-            wiring.connect(m, a.o, b.i)
-        wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
+        # Forward: stream to stream. Backward: a stage's i.ready is
+        # ~o.valid | o.ready, so chained, stage k may load when some stage
+        # after it is empty or o.ready: written out flat, the late o.ready
+        # reaches every stage's enable through one OR, not through a gate
+        # per stage (the same value, so the same cycles).
+        chain = [operands, *stages]
+        for k, (a, b) in enumerate(zip(chain, chain[1:] + [None])):
+            if b is None:
+                m.d.comb += [self.o.valid.eq(a.o.valid), self.o.payload.eq(a.o.payload),
+                             a.o.ready.eq(self.o.ready)]
+                continue
+            full_after = Cat(*[s.o.valid for s in chain[k + 1:]]).all()
+            m.d.comb += [b.i.valid.eq(a.o.valid), b.i.payload.eq(a.o.payload),
+                         a.o.ready.eq(~full_after | self.o.ready)]
         return m

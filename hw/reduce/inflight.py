@@ -11,13 +11,20 @@ __all__ = ["InFlight"]
 class InFlight(wiring.Component):
     """A ring of the addresses of up to ``depth`` beats that entered a
     pipeline and have not left it, oldest first (beats leave in order), and
-    one comparator per entry.
+    a held ``probe`` address checked against them.
 
     ``push`` adds ``push_addr`` at the clock edge; ``pop`` removes the
-    oldest (both in one cycle on a full ring reuse its slot). ``hit`` is
-    combinational: some held address equals ``probe``, not counting the
-    oldest while ``skip_oldest`` is high (the caller takes that one's value
-    from the pipeline's output instead).
+    oldest (both in one cycle on a full ring reuse its slot). ``load``
+    makes ``load_addr`` the probe at the clock edge. ``hit``: some held
+    address equals ``probe``, not counting the oldest while ``skip_oldest``
+    is high (the caller takes that one's value from the pipeline's output
+    instead).
+
+    The comparisons are registered: each entry keeps a bit saying whether it
+    equals the probe, worked out a cycle early for the entry and probe of
+    the next cycle (every candidate compared, ``push`` and ``load``, which
+    arrive late, only choosing among them). So ``hit`` is a few gates from
+    flip-flops, not an address comparator deep.
 
     Parameters
     ----------
@@ -30,8 +37,11 @@ class InFlight(wiring.Component):
     push : ``In(1)``
     push_addr : ``In(addr_width)``
     pop : ``In(1)``
-    probe : ``In(addr_width)``
+    load : ``In(1)``
+    load_addr : ``In(addr_width)``
     skip_oldest : ``In(1)``
+    probe : ``Out(addr_width)``
+        The held probe address.
     hit : ``Out(1)``
     """
 
@@ -40,7 +50,8 @@ class InFlight(wiring.Component):
             raise ValueError(f"Depth must be a positive integer, not {depth!r}")
         self._depth = depth
         super().__init__({"push": In(1), "push_addr": In(addr_width), "pop": In(1),
-                          "probe": In(addr_width), "skip_oldest": In(1), "hit": Out(1)})
+                          "load": In(1), "load_addr": In(addr_width),
+                          "skip_oldest": In(1), "probe": Out(addr_width), "hit": Out(1)})
 
     depth = property(lambda self: self._depth, doc="Number of entries.")
 
@@ -49,6 +60,7 @@ class InFlight(wiring.Component):
         n = self._depth
         valid = [Signal(name=f"valid{k}") for k in range(n)]
         addr = [Signal.like(self.push_addr, name=f"addr{k}") for k in range(n)]
+        match = [Signal(name=f"match{k}") for k in range(n)]     # addr[k] == probe
         head = Signal(range(n))              # the oldest entry
         tail = Signal(range(n))              # the next free slot
 
@@ -56,8 +68,22 @@ class InFlight(wiring.Component):
             return Mux(ptr == n - 1, 0, ptr + 1)
 
         m.d.comb += self.hit.eq(Cat(*[
-            valid[k] & (addr[k] == self.probe) & ~(self.skip_oldest & (head == k))
+            valid[k] & match[k] & ~(self.skip_oldest & (head == k))
             for k in range(n)]).any())
+        with m.If(self.load):
+            m.d.sync += self.probe.eq(self.load_addr)
+        # next cycle's match bits: all four (entry, probe) pairings compared
+        # from registers and load_addr; push and load only select
+        pushed_new = Signal()                # push_addr == load_addr
+        pushed_held = Signal()               # push_addr == probe
+        m.d.comb += [pushed_new.eq(self.push_addr == self.load_addr),
+                     pushed_held.eq(self.push_addr == self.probe)]
+        for k in range(n):
+            kept_new = Signal(name=f"kept_new{k}")                 # addr[k] == load_addr
+            m.d.comb += kept_new.eq(addr[k] == self.load_addr)
+            into_k = self.push & (tail == k)
+            m.d.sync += match[k].eq(Mux(self.load, Mux(into_k, pushed_new, kept_new),
+                                        Mux(into_k, pushed_held, match[k])))
         with m.If(self.pop):
             m.d.sync += head.eq(step(head))
             for k in range(n):

@@ -65,11 +65,13 @@ class AlignedLane(data.StructLayout):
 class SumLane(data.StructLayout):
     """One lane after the addition: the exact-or-sticky sum ``sum`` (one
     carry bit above the aligned width), the exponent of its hidden-one
-    position ``exp``, the result's ``sign``, and the special flags."""
+    position ``exp``, the result's ``sign``, the special flags, and
+    ``left``: how far normalization shifts ``sum`` left when it has no
+    carry (its leading zeros, but never below the smallest exponent)."""
     def __init__(self, fmt):
         super().__init__({
             "sign": 1, "exp": fmt.exp_bits, "nan": 1, "inf": 1,
-            "sum": ext_bits(fmt) + 1,
+            "sum": ext_bits(fmt) + 1, "left": range(ext_bits(fmt) + 1),
         })
 
 

@@ -46,14 +46,28 @@ class Order(LaneStage):
         swap = Signal(name=f"swap{k}")
         m.d.comb += swap.eq(b[:E + F] > a[:E + F])      # magnitudes compare as integers
         big = {key: Mux(swap, ub[key], ua[key]) for key in ("sign", "exp", "sig")}
-        small = {key: Mux(swap, ua[key], ub[key]) for key in ("exp", "sig")}
-        diff = Signal(E, name=f"diff{k}")
-        m.d.comb += diff.eq(big["exp"] - small["exp"])
+        small_sig = Mux(swap, ua["sig"], ub["sig"])
+
+        # The shift, max(e_big, 1) - max(e_small, 1) capped at W: both
+        # orders' differences (and their capped forms) are worked out beside
+        # the magnitude compare, which then only selects (a compare, a
+        # subtraction and a cap in a row would not fit one cycle).
+        ea, eb = a[F:F + E], b[F:F + E]
+        za, zb = ea == 0, eb == 0
+
+        def capped(d, tag):
+            diff = Signal(E, name=f"diff{k}_{tag}")
+            m.d.comb += diff.eq(d)
+            return Mux(diff > W, W, diff)
+
+        # a >= b: eb <= ea, so only b can be subnormal alone (and counts 1)
+        shift_ab = Mux(zb & ~za, capped(ea - 1, "a1"), capped(ea - eb, "ab"))
+        shift_ba = Mux(za & ~zb, capped(eb - 1, "b1"), capped(eb - ea, "ba"))
         return {
             "sign": big["sign"], "exp": big["exp"], "sub": ua["sign"] ^ ub["sign"],
             "nan": ua["nan"] | ub["nan"] | (ua["inf"] & ub["inf"] & (ua["sign"] ^ ub["sign"])),
             "inf": ua["inf"] | ub["inf"],
-            "big": big["sig"], "small": small["sig"], "shift": Mux(diff > W, W, diff),
+            "big": big["sig"], "small": small_sig, "shift": Mux(swap, shift_ba, shift_ab),
         }
 
     def compute(self, m, p):

@@ -178,9 +178,11 @@ class ReduceOnWrite(wiring.Component):
         # ---- the addresses inside the adders, oldest the output's (when out_valid)
         m.submodules.inflight = inflight = InFlight(f32.capacity, self._addr_width)
         inside = Signal()                     # S1's word is still being summed
+        # the probe is S1's address, loaded with S1 (the ring compares a cycle early)
         m.d.comb += [
             inflight.push.eq(s1_fire), inflight.push_addr.eq(s1.addr),
-            inflight.pop.eq(written), inflight.probe.eq(s1.addr),
+            inflight.pop.eq(written),
+            inflight.load.eq(self.i.valid & self.i.ready), inflight.load_addr.eq(self.i.p.addr),
             inflight.skip_oldest.eq(out_valid), inside.eq(inflight.hit),
         ]
 
