@@ -8,6 +8,8 @@ import random
 
 import pytest
 from amaranth.back import verilog
+from amaranth.hdl import Module, Signal
+from amaranth.sim import Simulator
 from amaranth.lib import data
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -16,7 +18,7 @@ from gen.simkit import run_simulation, stream_get, stream_monitor, stream_put
 from hw.reduce import FORMATS, FpAdd
 from hw.reduce.addsub import AddSub
 from hw.reduce.align import Align
-from hw.reduce.normalize import Normalize
+from hw.reduce.normalize import Normalize, leading_zeros
 from hw.reduce.order import Order
 from hw.reduce.roundpack import RoundPack
 
@@ -255,6 +257,27 @@ def test_stage_stream_contract(stage):
 
     run_simulation(dut, [producer, consumer], [stream_monitor(dut.o, stage.__name__)])
     assert seen == list(range(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 11, 27])
+def test_leading_zeros_counts_against_bit_length(n):
+    """AddSub's leading-zero tree: every value of up to 11 bits, random
+    values (of every magnitude) above; all zeros counts ``n``."""
+    m = Module()
+    value = Signal(n)
+    lz = leading_zeros(m, value, "lz")
+    rng = random.Random(n)
+    values = (range(1 << n) if n <= 11 else
+              [0, (1 << n) - 1] + [rng.getrandbits(n) >> rng.randrange(n) for _ in range(3000)])
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for v in values:
+            ctx.set(value, v)
+            assert ctx.get(lz) == n - v.bit_length(), (n, v)
+
+    sim.add_testbench(bench)
+    sim.run()
 
 
 # ------------------------------------------------------------------ Verilog

@@ -154,13 +154,13 @@ class DmaMonitor(uvm_component):
         fields = _fields(DmaWrite(arch, self.cdb_get("bus_bits"), arch.channels))
         devs = [getattr(self.dut, f"dev{d}") for d in range(devices)]
         ports = [(d, dev.net.wr__valid, dev.net.wr__ready, dev.net.wr__payload, dev.cop.sync.blocked,
-                  dev.cop.sync.sem_dec) for d, dev in enumerate(devs)]
+                  dev.cop.sync.sem_taken) for d, dev in enumerate(devs)]
         was_blocked = [False] * devices
         stalled = set()
         while True:
             await RisingEdge(self.dut.clk)
             await ReadOnly()
-            for d, valid, ready, payload, blocked, sem_dec in ports:
+            for d, valid, ready, payload, blocked, sem_taken in ports:
                 if int(valid.value):
                     if int(ready.value):
                         b = unpack(fields, int(payload.value))
@@ -172,7 +172,7 @@ class DmaMonitor(uvm_component):
                         coverage.sample_stall(f"dma.wr{d}")
                 if int(blocked.value):
                     was_blocked[d] = True
-                elif int(sem_dec.value):
+                elif int(sem_taken.value):
                     coverage.sample_wait("wait-before-signal" if was_blocked[d] else "signal-before-wait")
                     was_blocked[d] = False
 

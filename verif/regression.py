@@ -53,7 +53,7 @@ def run_uvm(opts: UvmOptions, progress=lambda m: None) -> dict:
     from gen.api import CompileOptions, compile_to
     tests = plan(opts)
     t0 = time.perf_counter()
-    work = Path(opts.keep) if opts.keep else Path(tempfile.mkdtemp(prefix="reshard-uvm-"))
+    work = Path(opts.keep).resolve() if opts.keep else Path(tempfile.mkdtemp(prefix="reshard-uvm-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         loaded = compile_to(CompileOptions(model="micro-qwen2", train="fsdp2:dp=2", rollout="vllm:tp=2"),

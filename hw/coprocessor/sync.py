@@ -94,6 +94,9 @@ class SyncUnit(wiring.Component):
                                  & ~self.restart)
         wait_retires = Signal()
         m.d.comb += wait_retires.eq(self.insn.valid & op.wait & satisfied & step)
+        # a WAIT that took from its semaphore (what verif's DMA monitor watches)
+        sem_taken = Signal()
+        m.d.comb += sem_taken.eq(wait_retires & (w.wait.count != 0))
 
         # semaphores: +1 per incoming signal (saturating), -count per retiring
         # WAIT; both results are ready before the (late) retire decision picks one

@@ -45,7 +45,9 @@ class AddSub(LaneStage):
             # short) so that stage only shifts: the leading zeros of the sum
             # with a one forced at bit W - exp, which caps the count at
             # exp - 1 (the exponent steps down to 1 at most) without a compare
-            floor = Cat(*[a.exp == W - j for j in range(W)])
+            # (a one-hot decode of exp, written as a shift: one operation for the
+            # Python simulator, not W compares)
+            floor = (Const(1 << W, W + 1) >> a.exp)[:W]
             left = leading_zeros(m, total[:W] | floor, f"left{k}")
             out += [
                 o.sum.eq(total), o.exp.eq(a.exp), o.nan.eq(a.nan), o.inf.eq(a.inf),

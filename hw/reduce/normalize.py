@@ -12,21 +12,31 @@ __all__ = ["Normalize", "leading_zeros"]
 def leading_zeros(m, value, name):
     """A signal counting the zeros above ``value``'s highest set bit
     (``len(value)`` when it is zero): a tree of log2 levels (each half says
-    whether it is all zeros and, if not, its count), not a priority chain."""
+    whether it is all zeros and, if not, its count), not a priority chain.
+    Each node reads the bits signal directly (a half is all zeros when its
+    OR is not set): an expression that nested its children's flags would
+    copy them into every use, and the Python simulator evaluates a copy
+    each time (hundreds of times slower)."""
     n = len(value)
-    size = 1
+    size = 2
     while size < n:
         size *= 2
     # below the value: a one (so zero counts n), then zeros to a power of two
-    bits = (Cat(Const(0, size - n - 1), Const(1, 1), value) if size > n else value)[::-1]
-    # bits[0] is the most significant; each node: (all zero, count if not)
-    nodes = [(~bits[i], Const(0, 0)) for i in range(size)]
-    while len(nodes) > 1:
-        nodes = [(hz & lz_, Cat(Mux(hz, lc, hc), hz))
-                 for (hz, hc), (lz_, lc) in zip(nodes[0::2], nodes[1::2])]
-    zero, count = nodes[0]
+    bits = Signal(size, name=f"{name}_bits")
+    m.d.comb += bits.eq((Cat(Const(0, size - n - 1), Const(1, 1), value)
+                         if size > n else value)[::-1])
+
+    # bits[0] is the most significant: the count of leading zeros in
+    # bits[lo:lo + width] when they are not all zero
+    def count(lo, width):
+        half = width // 2
+        high_zero = ~bits[lo:lo + half].any()
+        if width == 2:              # (no zero-width count below: Verilog has none)
+            return high_zero
+        return Cat(Mux(high_zero, count(lo + half, half), count(lo, half)), high_zero)
+
     lz = Signal(range(n + 1), name=name)
-    m.d.comb += lz.eq(count if size > n else Mux(zero, n, count))
+    m.d.comb += lz.eq(count(0, size) if size > n else Mux(~bits.any(), n, count(0, size)))
     return lz
 
 
