@@ -23,7 +23,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from .lib import RoundRobin, check_bus_width, index_bits
+from .lib import ParkedRoundRobin, RoundRobin, check_bus_width, index_bits
 
 __all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
@@ -153,8 +153,9 @@ class BankedMemory(wiring.Component):
         Initial contents, little-endian; shorter than ``size`` is zero-padded.
     shared_write : bool
         Serve the write ports through one physical write port per memory,
-        granted round-robin (a port's ``ready`` is low while another is
-        granted): what an FPGA's block RAM, with one write port, needs. With
+        granted round-robin from a register (:class:`~hw.lib.ParkedRoundRobin`:
+        a port's ``ready`` is high while it holds the grant, whether it writes
+        or not): what an FPGA's block RAM, with one write port, needs. With
         ``False`` every write port is its own physical port and always ready.
     shared_read : bool
         Serve the read ports through one physical read port per memory,
@@ -320,20 +321,22 @@ class BankedMemory(wiring.Component):
 
     def _physical_writes(self, m):
         """The write requests that reach the memory: each port as it is, or
-        (``shared_write``) the one port a round-robin arbiter grants."""
+        (``shared_write``) the one port a parked round-robin arbiter grants
+        (its grant a register, so no writer's ready waits on another's valid,
+        and the block RAM's inputs are a multiplexer from flip-flops)."""
         ports = [self.write[p] for p in range(self._write_ports)]
         if not self._shared_write or len(ports) == 1:
             for port in ports:
                 m.d.comb += port.ready.eq(1)
             return [(port.valid, port.p) for port in ports]
-        m.submodules.write_arbiter = rr = RoundRobin(len(ports))
+        m.submodules.write_arbiter = rr = ParkedRoundRobin(len(ports))
         valid = Signal(name="shared_w_valid")
         payload = Signal.like(ports[0].p, name="shared_w")
-        m.d.comb += [rr.requests.eq(Cat(*[port.valid for port in ports])), rr.advance.eq(1),
-                     valid.eq(rr.valid)]
+        m.d.comb += rr.requests.eq(Cat(*[port.valid for port in ports]))
         for p, port in enumerate(ports):
-            with m.If(rr.grant == p):
-                m.d.comb += [port.ready.eq(1), payload.eq(port.p)]
+            m.d.comb += port.ready.eq(rr.grant[p])
+            with m.If(rr.grant[p]):
+                m.d.comb += [valid.eq(port.valid), payload.eq(port.p)]
         return [(valid, payload)]
 
     def _elaborate_macro(self, m, bank_bits):

@@ -7,7 +7,7 @@ from amaranth.lib import data
 
 from gen.simkit import run_simulation, stream_get, stream_put
 from hw.isa import ArchParams
-from hw.lib import (PageSizeDecoder, Queue, RegisterSlice, RoundRobin, chan_bits, counter_shape, ctx_bits,
+from hw.lib import (PageSizeDecoder, ParkedRoundRobin, Queue, RegisterSlice, RoundRobin, chan_bits, counter_shape, ctx_bits,
                     dev_bits, index_bits, page_bytes, page_offset_mask)
 
 
@@ -44,6 +44,38 @@ def test_round_robin_serves_every_requester_in_turn(count):
     # between two grants of the same requester every other requester was granted once
     for i in range(len(grants) - count):
         assert sorted(grants[i:i + count]) == list(range(count))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_parked_round_robin_moves_its_registered_grant_in_turn(count):
+    rr = ParkedRoundRobin(count)
+    rng = random.Random(10 + count)
+    holders = []
+
+    async def tb(ctx):
+        holder = 0                             # requester 0 holds the grant after reset
+        for i in range(300):
+            # a lone steady requester, then always-on requests, then random ones
+            req = (1 << (count - 1) if i < 10 else (1 << count) - 1 if i < 10 + 3 * count
+                   else rng.randrange(1 << count))
+            ctx.set(rr.requests, req)
+            assert ctx.get(rr.grant) == 1 << holder, (i, req)
+            holders.append(holder)
+            await ctx.tick()
+            # the first requester after the holder, the holder itself last; none: it stays
+            holder = next(((holder + 1 + k) % count for k in range(count)
+                           if req >> ((holder + 1 + k) % count) & 1), holder)
+
+    run_simulation(rr, [tb])
+    assert holders[1:10] == [count - 1] * 9               # a lone requester keeps the grant
+    steady = holders[11:10 + 3 * count]
+    for i in range(len(steady) - count + 1):               # always-on: each once in turn
+        assert sorted(steady[i:i + count]) == list(range(count))
+
+
+def test_parked_round_robin_rejects_bad_count():
+    with pytest.raises(ValueError, match=r"Requester count must be a positive integer, not True"):
+        ParkedRoundRobin(True)
 
 
 def test_round_robin_rejects_bad_count():

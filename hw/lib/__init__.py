@@ -2,7 +2,8 @@
 
 * :mod:`.widths`: index and counter widths, and the argument checks every
   block shares (bus width, channel count);
-* :mod:`.arbiter`: :class:`RoundRobin`, the one round-robin arbiter;
+* :mod:`.arbiter`: :class:`RoundRobin`, the round-robin arbiter, and
+  :class:`ParkedRoundRobin`, its variant with a registered grant;
 * :mod:`.queue`: :class:`Queue`, a typed FIFO with stream ports;
 * :mod:`.slice`: :class:`RegisterSlice`, a full-rate stream stage with registered
   valid, payload and ready (cuts a path in two for timing);
@@ -10,12 +11,12 @@
 """
 from .widths import (BUS_WIDTHS, check_bus_width, resolve_channels, index_bits, chan_bits,
                      ctx_bits, dev_bits, sem_bits, counter_shape)
-from .arbiter import RoundRobin
+from .arbiter import ParkedRoundRobin, RoundRobin
 from .queue import Queue
 from .slice import RegisterSlice
 from .pages import page_select, page_bytes, page_offset_mask, PageSizeDecoder
 
 __all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
-           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "Queue",
-           "RegisterSlice",
+           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "ParkedRoundRobin",
+           "Queue", "RegisterSlice",
            "page_select", "page_bytes", "page_offset_mask", "PageSizeDecoder"]

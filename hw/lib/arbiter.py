@@ -63,3 +63,51 @@ class RoundRobin(wiring.Component):
         with m.If(self.advance & self.valid):
             m.d.sync += last.eq(self.grant)
         return m
+
+
+class ParkedRoundRobin(wiring.Component):
+    """Round-robin arbiter whose grant is a register: a requester learns it
+    may go from a flip-flop, never from the other requesters' requests.
+
+    ``grant`` (one-hot) names the requester that may go this cycle. At each
+    clock edge the grant moves to the first requester after the granted one
+    among this cycle's ``requests`` (the granted one itself last, so a lone
+    requester keeps it), and stays where it is when nothing is requested.
+    So a requester that goes on requesting keeps full throughput, one that
+    waits is granted within ``count - 1`` edges, and what it costs against
+    :class:`RoundRobin` is a cycle whenever the grant is parked on a
+    requester that has nothing to send while another has. After reset
+    requester 0 holds the grant.
+
+    Parameters
+    ----------
+    count : int
+        Number of requesters (at least 1).
+
+    Interface attributes
+    --------------------
+    requests : ``In(count)``
+        One bit per requester.
+    grant : ``Out(count)``
+        One-hot, from a register: the requester that may go this cycle.
+    """
+
+    def __init__(self, count):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"Requester count must be a positive integer, not {count!r}")
+        self._count = count
+        super().__init__({"requests": In(count), "grant": Out(count, init=1)})
+
+    count = property(lambda self: self._count, doc="Number of requesters.")
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._count
+        # for each holder, the requesters in priority order (the holder last);
+        # the lowest-priority assignment comes first so the highest one wins
+        for g in range(n):
+            with m.If(self.grant[g]):
+                for c in reversed([(g + 1 + k) % n for k in range(n)]):
+                    with m.If(self.requests[c]):
+                        m.d.sync += self.grant.eq(1 << c)
+        return m
