@@ -18,7 +18,7 @@ ORDER = 55
 
 
 def add_arguments(p):
-    from gen.fpga import OOC_BLOCKS, OocOptions
+    from gen.fpga import OOC_BLOCKS, OOC_FAMILY_DEFAULTS, OocOptions
     d = OocOptions()
     from gen.fpga import BoardOptions
     bd = BoardOptions()
@@ -31,7 +31,11 @@ def add_arguments(p):
     p.add_argument("--page-sizes", default=bd.page_sizes, help=f"page sizes (default {bd.page_sizes})")
     p.add_argument("--ooc", action="store_true", help="build one block out of context (needs --block)")
     p.add_argument("--block", default=d.block, choices=OOC_BLOCKS, help=f"block to build (default {d.block})")
-    p.add_argument("--part", default=d.part, help=f"FPGA part for --ooc (default {d.part})")
+    p.add_argument("--family", default=None, choices=sorted(OOC_FAMILY_DEFAULTS),
+                   help="FPGA family for --ooc (default: the --part's; ecp5 without --part)")
+    p.add_argument("--part", default=None,
+                   help="FPGA part for --ooc (default: " + ", ".join(
+                       f"{v[0]} for {k}" for k, v in OOC_FAMILY_DEFAULTS.items()) + ")")
     p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
     p.add_argument("--bus-bits", type=int, default=d.bus_bits, help=f"data bus width (default {d.bus_bits})")
     p.add_argument("--channels", type=int, default=None, help=f"DMA channels (default {d.channels})")
@@ -39,7 +43,8 @@ def add_arguments(p):
     p.add_argument("--mem-bytes", type=int, default=None,
                    help=f"device memory bytes (default: {d.mem_bytes} for --ooc, just enough for a board)")
     p.add_argument("--freq-mhz", type=float, default=None,
-                   help=f"clock constraint (default {d.freq_mhz:g}; boards: 100 on ECP5 via the PLL, the oscillator on iCE40)")
+                   help="clock constraint (--ooc: 100 on ECP5, 12 on iCE40; boards: 100 on ECP5 via the PLL, "
+                        "the oscillator on iCE40)")
     p.add_argument("--out", default=None, help="output directory (default build/fpga/BOARD or build/fpga/ooc-BLOCK)")
     p.add_argument("--system-tools", action="store_true",
                    help="use yosys/nextpnr from PATH instead of the YoWASP packages")
@@ -56,7 +61,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from gen.fpga import BOARDS, PARTS, OocOptions, build_ooc
+    from gen.fpga import BOARDS, OOC_FAMILY_DEFAULTS, PARTS, OocOptions, build_ooc, ooc_part
     from model.errors import InputError
     if args.list_boards:
         for b in BOARDS.values():
@@ -69,10 +74,11 @@ def run(args) -> int:
     if not args.ooc:
         raise InputError("give --board NAME, --ooc --block BLOCK or --list-boards")
     d = OocOptions()
-    opts = OocOptions(block=args.block, part=args.part, bus_bits=args.bus_bits,
+    p = ooc_part(args.family, args.part)
+    opts = OocOptions(block=args.block, part=p.name, bus_bits=args.bus_bits,
                       channels=args.channels or d.channels, tlb_entries=args.tlb_entries,
                       mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
-                      freq_mhz=args.freq_mhz or d.freq_mhz, out=args.out or f"build/fpga/ooc-{args.block}",
+                      freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1], out=args.out or f"build/fpga/ooc-{args.block}",
                       system_tools=args.system_tools)
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)
@@ -86,8 +92,12 @@ def run(args) -> int:
     _print_critical_path(rep)
     verdict = "PASS" if met and fits else ("WARN" if fits and args.allow_timing_fail else "FAIL")
     print(f"{verdict}: {opts.block} on {opts.part}: {rep['lut4']} LUT4, {rep['ff']} FF, "
-          f"{rep['bram_used']} BRAM, {rep['dsp_used']} DSP; Fmax {fmax} MHz (required {opts.freq_mhz:g})"
+          f"{rep['bram_used']} BRAM, {rep['dsp_used']} DSP; "
+          + (f"Fmax {fmax} MHz (required {opts.freq_mhz:g})" if rep["placed"]
+             else f"not placed (required {opts.freq_mhz:g} MHz)")
           + ("" if fits else f"; over capacity: {', '.join(rep['overflows'])}")
+          + (f"; the totals include its three-pin harness's {h['ff']} FF and {h['lut4']} LUT4"
+             if (h := rep.get("harness")) else "")
           + f"; report {opts.out}/report.json")
     return 0 if verdict != "FAIL" else 1
 
@@ -112,6 +122,8 @@ def _board(args) -> int:
 def _print_critical_path(rep) -> None:
     """The worst path of each clock, on standard error (what to pipeline next)."""
     for cp in rep.get("critical_paths", []):
+        if "<async>" in (cp["from"], cp["to"]):     # pin to flip-flop: not the design's clock
+            continue
         print(f"fpga: critical path {cp['delay_ns']} ns ({cp['logic_cells']} logic cells, "
               f"{cp['routing_ns']} ns routing): {' -> '.join(cp['cells'])}",
               file=sys.stderr, flush=True)

