@@ -23,7 +23,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from .lib import ParkedRoundRobin, RoundRobin, check_bus_width, index_bits
+from .lib import ParkedRoundRobin, check_bus_width, index_bits
 
 __all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
@@ -159,8 +159,8 @@ class BankedMemory(wiring.Component):
         ``False`` every write port is its own physical port and always ready.
     shared_read : bool
         Serve the read ports through one physical read port per memory,
-        granted round-robin among the requests (a port's ``req.ready`` is low
-        while another is granted; a response goes to the port that asked and
+        granted round-robin from a register among the requests (a port's
+        ``req.ready`` is low while another holds the grant; a response goes to the port that asked and
         is held there until taken, as on a port of its own). On an FPGA each
         physical read port is a copy of every block RAM; with ``False`` each
         read port is its own.
@@ -297,26 +297,31 @@ class BankedMemory(wiring.Component):
 
     def _physical_reads(self, m):
         """The read ports the banks serve: each port as it is, or
-        (``shared_read``) one port whose requests a round-robin arbiter takes
-        from the ports and whose responses go back to the port that asked."""
+        (``shared_read``) one port whose requests a parked round-robin
+        arbiter takes from the ports (its grant a register, held while the
+        granted request waits) and whose responses go back to the port that
+        asked."""
         ports = [self.read[p] for p in range(self._read_ports)]
         if not self._shared_read or len(ports) == 1:
             return ports
         phys = ReadPortSignature(self._addr_width, self._data_width).flip().create(
             path=("shared_r",))
-        m.submodules.read_arbiter = rr = RoundRobin(len(ports))
+        m.submodules.read_arbiter = rr = ParkedRoundRobin(len(ports))
         owner = Signal(range(max(2, len(ports))), name="shared_r_owner")
+        granted = Signal.like(owner, name="shared_r_granted")
         m.d.comb += [rr.requests.eq(Cat(*[port.req.valid for port in ports])),
-                     rr.advance.eq(phys.req.ready), phys.req.valid.eq(rr.valid)]
+                     rr.hold.eq(phys.req.valid & ~phys.req.ready)]
         for p, port in enumerate(ports):
-            with m.If(rr.grant == p):
-                m.d.comb += [phys.req.p.eq(port.req.p), port.req.ready.eq(phys.req.ready)]
+            with m.If(rr.grant[p]):
+                m.d.comb += [granted.eq(p), phys.req.valid.eq(port.req.valid),
+                             phys.req.p.eq(port.req.p)]
+            m.d.comb += port.req.ready.eq(rr.grant[p] & phys.req.ready)
             with m.If(owner == p):
                 m.d.comb += phys.rsp.ready.eq(port.rsp.ready)
             m.d.comb += [port.rsp.valid.eq(phys.rsp.valid & (owner == p)),
                          port.rsp.p.eq(phys.rsp.p)]
         with m.If(phys.req.valid & phys.req.ready):
-            m.d.sync += owner.eq(rr.grant)
+            m.d.sync += owner.eq(granted)
         return [phys]
 
     def _physical_writes(self, m):

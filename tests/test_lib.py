@@ -58,13 +58,17 @@ def test_parked_round_robin_moves_its_registered_grant_in_turn(count):
             # a lone steady requester, then always-on requests, then random ones
             req = (1 << (count - 1) if i < 10 else (1 << count) - 1 if i < 10 + 3 * count
                    else rng.randrange(1 << count))
+            hold = i >= 100 and rng.random() < 0.3
             ctx.set(rr.requests, req)
+            ctx.set(rr.hold, hold)
             assert ctx.get(rr.grant) == 1 << holder, (i, req)
             holders.append(holder)
             await ctx.tick()
-            # the first requester after the holder, the holder itself last; none: it stays
-            holder = next(((holder + 1 + k) % count for k in range(count)
-                           if req >> ((holder + 1 + k) % count) & 1), holder)
+            # the first requester after the holder, the holder itself last; hold:
+            # it stays; none: home to 0
+            if not hold:
+                holder = next(((holder + 1 + k) % count for k in range(count)
+                               if req >> ((holder + 1 + k) % count) & 1), 0)
 
     run_simulation(rr, [tb])
     assert holders[1:10] == [count - 1] * 9               # a lone requester keeps the grant

@@ -16,9 +16,10 @@ __all__ = ["SyncUnit"]
 class SyncUnit(wiring.Component):
     """Executes FENCE, SIGNAL, WAIT and HALT; holds the semaphores.
 
-    * ``FENCE``: waits until every channel of its mask (0: all) is ``done``;
-      if one of them faulted, stops ``FAULT`` with the cause of the
-      lowest-numbered one; else the mask's channels are fenced.
+    * ``FENCE``: waits until every channel of its mask (0: all) is ``done``
+      (seen a cycle later: the check is registered, as a WAIT's); if one of
+      them faulted, stops ``FAULT`` with the cause of the lowest-numbered
+      one; else the mask's channels are fenced.
     * ``SIGNAL``: sends (device, semaphore) on ``sig``.
     * ``WAIT``: waits until the semaphore reaches the count, then (a cycle
       later: the comparison is registered, off the retire path) subtracts
@@ -137,12 +138,18 @@ class SyncUnit(wiring.Component):
         stop = self.stop.p
         fenced, fence_faulted = Signal(), Signal()
         m.d.comb += [fenced.eq((self.done | ~fmask).all()), fence_faulted.eq((fmask & error).any())]
+        # a FENCE's check is registered too, off the retire path: while it waits
+        # its channels can only finish or fault (nothing issues behind it)
+        fence_clear, fence_fault = Signal(), Signal()
+        waiting_fence = self.insn.valid & ~self.insn.ready & op.fence & fenced & ~self.restart
+        m.d.sync += [fence_clear.eq(waiting_fence & ~fence_faulted),
+                     fence_fault.eq(waiting_fence & fence_faulted)]
         # the retire condition as one AND-OR of the opcode flags and conditions
         m.d.comb += self.insn.ready.eq(self.insn.valid & step & (
-            op.fence & fenced & ~fence_faulted | op.signal & self.sig.ready | op.wait & satisfied))
+            op.fence & fence_clear | op.signal & self.sig.ready | op.wait & satisfied))
         with m.If(self.insn.valid):
             with m.If(op.fence):
-                with m.If(step & fenced & fence_faulted):
+                with m.If(step & fence_fault):
                     m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
                                  stop.cause.eq(fence_cause)]
             with m.Elif(op.signal):

@@ -238,13 +238,15 @@ class Coprocessor(wiring.Component):
         wiring.connect(m, sync.sig, wiring.flipped(self.sig))
         wiring.connect(m, wiring.flipped(self.sig_in), sync.sig_in)
 
+        # the leftovers drained, seen a cycle later: a run begins (and clears its
+        # byte counters) from a register, not from every channel's DMA status
+        m.d.sync += seq.drained.eq(feeder.drained & faults.empty)
         m.d.comb += [
             # sequencer
             seq.start.eq(self.start), seq.step_mode.eq(self.step_mode),
             seq.step_grant.eq(self.step_grant), self.step_ack.eq(seq.step_ack),
             self.status.eq(seq.status), self.cause.eq(seq.cause), self.pc.eq(seq.pc),
             seq.blocked.eq(sync.blocked), self.blocked.eq(sync.blocked),
-            seq.drained.eq(feeder.drained & faults.empty),
             fetch.rewind.eq(seq.restart), decode.flush.eq(seq.restart),
             decoded.flush.eq(seq.restart),
             fetch.run.eq(seq.clearing | seq.run),

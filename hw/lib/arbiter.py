@@ -72,12 +72,14 @@ class ParkedRoundRobin(wiring.Component):
     ``grant`` (one-hot) names the requester that may go this cycle. At each
     clock edge the grant moves to the first requester after the granted one
     among this cycle's ``requests`` (the granted one itself last, so a lone
-    requester keeps it), and stays where it is when nothing is requested.
+    requester keeps it), and goes home to requester 0 when nothing is
+    requested (so an idle arbiter is in one state, whatever came before).
     So a requester that goes on requesting keeps full throughput, one that
     waits is granted within ``count - 1`` edges, and what it costs against
     :class:`RoundRobin` is a cycle whenever the grant is parked on a
-    requester that has nothing to send while another has. After reset
-    requester 0 holds the grant.
+    requester that has nothing to send while another has. With ``hold``
+    high the grant stays where it is (the holder asked but could not go:
+    its resource was busy). After reset requester 0 holds the grant.
 
     Parameters
     ----------
@@ -90,13 +92,15 @@ class ParkedRoundRobin(wiring.Component):
         One bit per requester.
     grant : ``Out(count)``
         One-hot, from a register: the requester that may go this cycle.
+    hold : ``In(1)``
+        Keep the grant at this clock edge.
     """
 
     def __init__(self, count):
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"Requester count must be a positive integer, not {count!r}")
         self._count = count
-        super().__init__({"requests": In(count), "grant": Out(count, init=1)})
+        super().__init__({"requests": In(count), "grant": Out(count, init=1), "hold": In(1)})
 
     count = property(lambda self: self._count, doc="Number of requesters.")
 
@@ -105,9 +109,12 @@ class ParkedRoundRobin(wiring.Component):
         n = self._count
         # for each holder, the requesters in priority order (the holder last);
         # the lowest-priority assignment comes first so the highest one wins
-        for g in range(n):
-            with m.If(self.grant[g]):
-                for c in reversed([(g + 1 + k) % n for k in range(n)]):
-                    with m.If(self.requests[c]):
-                        m.d.sync += self.grant.eq(1 << c)
+        with m.If(~self.hold & ~self.requests.any()):
+            m.d.sync += self.grant.eq(1)
+        with m.Elif(~self.hold):
+            for g in range(n):
+                with m.If(self.grant[g]):
+                    for c in reversed([(g + 1 + k) % n for k in range(n)]):
+                        with m.If(self.requests[c]):
+                            m.d.sync += self.grant.eq(1 << c)
         return m
