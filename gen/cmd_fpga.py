@@ -57,6 +57,8 @@ def add_arguments(p):
                         "(the report says it did not finish)")
     p.add_argument("--seed", type=int, default=bd.seed,
                    help="workload seed of the iCE40 subset (the DMA self-test)")
+    p.add_argument("--router", default=None, choices=["router1", "router2"],
+                   help="nextpnr's router for a board (default: router2 on ECP5, nextpnr's own on iCE40)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -109,6 +111,7 @@ def _board(args) -> int:
                         tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
                         system_tools=args.system_tools, program=args.program, seed=args.seed,
+                        router=args.router,
                         time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:

@@ -297,9 +297,10 @@ def critical_path_summary(path: dict) -> dict:
 
 
 def _clock_name(net: str) -> str:
-    """A clock as the design names it (nextpnr-ice40 calls the harness's
-    clock ``clk$SB_IO_IN_$glb_clk``: its pin's buffer and global net)."""
-    return net.split("$", 1)[0] or net
+    """A clock as the design names it, without the buffer and global-net
+    decorations nextpnr adds (``clk$SB_IO_IN_$glb_clk`` on iCE40,
+    ``$glbnet$button_sync.clk`` on a board's ECP5 global)."""
+    return net.removeprefix("$glbnet$").split("$", 1)[0] or net
 
 
 def read_nextpnr_report(path, part_name: str, *, lut4: int = 0, ff: int = 0) -> Implementation:
@@ -503,6 +504,7 @@ class BoardOptions:
     program: bool = False               # program the board after building (needs its programmer)
     time_limit_s: float | None = None   # stop the tools after this long; the report says so
     seed: int = 0                       # the iCE40 subset's self-test workload
+    router: str | None = None           # nextpnr's --router; None: router2 on ECP5, else its default
 
     def out_dir(self) -> Path:
         return Path(self.out or f"build/fpga/{self.board}")
@@ -716,10 +718,14 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     what = "the subset (" + SUBSET + ")" if fields["subset"] else "the full system"
     progress(f"simulated verdict: {sim_line}; building {what} for {b.name} ({p.name}) at {freq:g} MHz"
              + (f", time limit {opts.time_limit_s / 60:g} min" if opts.time_limit_s else "") + " ...")
+    # router2 routes the 2-device ECP5 tops in minutes where router1 (nextpnr's
+    # default) took 21 minutes or did not converge (docs/fpga.md)
+    router = opts.router or ("router2" if p.family == "ecp5" else None)
     platform = b.platform()
     plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
                           do_build=False, nextpnr_opts=["--report", "top_report.json",
-                                                        "--timing-allow-fail", "--seed", "1"])
+                                                        "--timing-allow-fail", "--seed", "1"]
+                          + (["--router", router] if router else []))
     # the build script also runs each board's packer; programming tools are not called
     env = dict(env, DFU_SUFFIX="true")
     for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt"):
@@ -752,7 +758,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
         "overflows": impl.overflows(p),
         "expected": {"cycles": sim["cycles"], "crc": f"{sim['crc']:08x}",
                      "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
-        "tools": tool_versions(env, p.family),
+        "tools": tool_versions(env, p.family), "nextpnr_router": router or "default",
         "build_seconds": build_seconds,
         "total_seconds": round(time.perf_counter() - t0, 1),
         "programmed": False, "report": str(out / "report.json"),

@@ -219,3 +219,10 @@ def test_a_design_nextpnr_cannot_place_is_reported_not_raised():
     assert _unplaced(near, "iCE40UP5K").overflows(PARTS["iCE40UP5K"]) == [
         "no legal placement at ICESTORM_LC 4921/5280 (93%)"]
     assert _unplaced(table.format(lc=10, pct=0) + "ERROR: something else\n", "iCE40UP5K") is None
+
+
+def test_clock_names_lose_nextpnr_decorations():
+    from gen.fpga import _clock_name
+    assert _clock_name("clk$SB_IO_IN_$glb_clk") == "clk"             # iCE40 pin buffer, global
+    assert _clock_name("$glbnet$button_sync.clk") == "button_sync.clk"  # an ECP5 board's global
+    assert _clock_name("clk") == "clk"
