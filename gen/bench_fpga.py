@@ -5,8 +5,8 @@ fpga [--fpga-time-limit-min N]``) builds, each through the same functions as
 ``python -m gen fpga``:
 
 * out of context on an LFE5U-25F (the anchors' part): the DMA (32-bit bus,
-  4 channels) at a 125 MHz constraint (its target), the MMU and the
-  coprocessor at 100 MHz;
+  4 channels) at a 125 MHz constraint (its target), the MMU, the
+  coprocessor and the device (16 KiB of memory) at 100 MHz;
 * the ``icebreaker`` board: the iCE40UP5K subset (DMA + memory + self-test,
   not the full device) at the 12 MHz oscillator;
 * the ``ulx3s-85f`` board: the full 2-device system with the micro-qwen2
@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: (name, block, constraint MHz, target MHz or None) of the out-of-context builds
 OOC = (("dma", "dma", 125.0, 125.0), ("mmu", "mmu", 100.0, None),
-       ("coprocessor", "coprocessor", 100.0, None))
+       ("coprocessor", "coprocessor", 100.0, None), ("device", "device", 100.0, None))
+#: memory of the device built alone: 16 KiB, as docs/fpga.md's pipelining steps
+DEVICE_MEM_BYTES = 16384
 #: (board, target MHz or None) of the board builds
 BOARD_BUILDS = (("icebreaker", None), ("ulx3s-85f", 100.0))
 
@@ -48,6 +50,7 @@ def ooc_figures(name, block, freq, target, *, limit_s, out, build=None) -> dict:
     t0 = time.perf_counter()
     try:
         rep = build(OocOptions(block=block, part="LFE5U-25F", bus_bits=32, channels=4, freq_mhz=freq,
+                               mem_bytes=DEVICE_MEM_BYTES if block == "device" else OocOptions.mem_bytes,
                                out=str(out / f"ooc-{name}"), time_limit_s=limit_s))
     except subprocess.TimeoutExpired:
         return {f"{key}_status": _timed_out(limit_s),

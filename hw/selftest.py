@@ -95,6 +95,10 @@ class SelfTest(wiring.Component):
         word = Signal(range(W + 1))
         lane = Signal(range(max(2, L)))
         ok = Signal(init=1)                           # every response OKAY, every STATUS HALTED
+        # the ROM's word registered before it leaves for the host ports: a block
+        # RAM's output is slow, and the ROM spans many of them
+        rom_word = Signal(32)
+        m.d.sync += rom_word.eq(rd.data)
         m.d.comb += [rd.addr.eq(index), self.dev.eq(0)]
         dev = Signal(range(max(2, D)))
         m.d.comb += self.dev.eq(dev)
@@ -131,9 +135,11 @@ class SelfTest(wiring.Component):
                 with m.If(answered):
                     m.next = "LOAD_WAIT"
             with m.State("LOAD_WAIT"):               # the ROM read of ``index`` lands
+                m.next = "LOAD_WORD"
+            with m.State("LOAD_WORD"):               # ... and is registered
                 m.next = "LOAD_LANE"
             with m.State("LOAD_LANE"):
-                access(1, wdata0 + 4 * lane, rd.data)
+                access(1, wdata0 + 4 * lane, rom_word)
                 with m.If(answered):
                     m.d.sync += index.eq(index + 1)
                     m.next = "LOAD_WAIT"
