@@ -25,11 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: (name, block, constraint MHz, target MHz or None) of the out-of-context builds
-OOC = (("dma", "dma", 125.0, 125.0), ("mmu", "mmu", 100.0, None),
-       ("coprocessor", "coprocessor", 100.0, None), ("device", "device", 100.0, None))
-#: memory of the device built alone: 16 KiB, as docs/fpga.md's pipelining steps
-DEVICE_MEM_BYTES = 16384
+#: (name, block, constraint MHz, target MHz or None, memory bytes or None: the
+#: default) of the out-of-context builds; the device with 16 KiB, as
+#: docs/fpga.md's pipelining steps
+OOC = (("dma", "dma", 125.0, 125.0, None), ("mmu", "mmu", 100.0, None, None),
+       ("coprocessor", "coprocessor", 100.0, None, None), ("device", "device", 100.0, None, 16384))
 #: (board, target MHz or None) of the board builds
 BOARD_BUILDS = (("icebreaker", None), ("ulx3s-85f", 100.0))
 
@@ -42,15 +42,16 @@ def _timed_out(limit_s: float) -> str:
     return f"did not finish within {limit_s / 60:g} min"
 
 
-def ooc_figures(name, block, freq, target, *, limit_s, out, build=None) -> dict:
+def ooc_figures(name, block, freq, target, mem_bytes=None, *, limit_s, out, build=None) -> dict:
     """One out-of-context build as ``fpga_ooc_<name>_*`` figures."""
     from gen.fpga import OocOptions, build_ooc
     build = build or build_ooc
+    mem_bytes = mem_bytes or OocOptions.mem_bytes
     key = f"fpga_ooc_{name}"
     t0 = time.perf_counter()
     try:
         rep = build(OocOptions(block=block, part="LFE5U-25F", bus_bits=32, channels=4, freq_mhz=freq,
-                               mem_bytes=DEVICE_MEM_BYTES if block == "device" else OocOptions.mem_bytes,
+                               mem_bytes=mem_bytes,
                                out=str(out / f"ooc-{name}"), time_limit_s=limit_s))
     except subprocess.TimeoutExpired:
         return {f"{key}_status": _timed_out(limit_s),
@@ -94,9 +95,9 @@ def run_benchmarks(time_limit_min: float = 60, *, out=None, progress=lambda m: N
     limit_s = time_limit_min * 60
     figures: dict = {"fpga_time_limit_min": time_limit_min}
     t0 = time.perf_counter()
-    for name, block, freq, target in OOC:
+    for name, block, freq, target, mem_bytes in OOC:
         progress(f"bench fpga: {name} out of context on LFE5U-25F at {freq:g} MHz ...")
-        figures.update(ooc_figures(name, block, freq, target, limit_s=limit_s, out=out))
+        figures.update(ooc_figures(name, block, freq, target, mem_bytes, limit_s=limit_s, out=out))
     for name, target in BOARD_BUILDS:
         progress(f"bench fpga: board {name} (time limit {time_limit_min:g} min) ...")
         figures.update(board_figures(name, target, limit_s=limit_s, out=out))

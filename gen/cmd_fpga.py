@@ -80,7 +80,8 @@ def run(args) -> int:
     opts = OocOptions(block=args.block, part=p.name, bus_bits=args.bus_bits,
                       channels=args.channels or d.channels, tlb_entries=args.tlb_entries,
                       mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
-                      freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1], out=args.out or f"build/fpga/ooc-{args.block}",
+                      freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1],
+                      out=args.out or f"build/fpga/ooc-{args.block}",
                       system_tools=args.system_tools)
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)

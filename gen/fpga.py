@@ -421,13 +421,13 @@ OOC_BLOCKS = ("dma", "mmu", "coprocessor", "device")
 class OocOptions:
     """One block built out of context (``python -m gen fpga --ooc``)."""
     block: str = "dma"
-    part: str = "LFE5U-25F"
+    part: str = OOC_FAMILY_DEFAULTS["ecp5"][0]
     bus_bits: int = 32
     channels: int = 4
     tlb_entries: int = 16
     mem_bytes: int = 1 << 16
     devices: int = 2
-    freq_mhz: float = 100.0
+    freq_mhz: float = OOC_FAMILY_DEFAULTS["ecp5"][1]
     out: str = "build/fpga/ooc"
     system_tools: bool = False
     time_limit_s: float | None = None

@@ -160,8 +160,9 @@ class BankedMemory(wiring.Component):
     shared_read : bool
         Serve the read ports through one physical read port per memory,
         granted round-robin from a register among the requests (a port's
-        ``req.ready`` is low while another holds the grant; a response goes to the port that asked and
-        is held there until taken, as on a port of its own). On an FPGA each
+        ``req.ready`` is low while another holds the grant; a response goes
+        to the port that asked and is held there until taken, as on a port
+        of its own). On an FPGA each
         physical read port is a copy of every block RAM; with ``False`` each
         read port is its own.
     macro : bool

@@ -86,6 +86,25 @@ class SelfTest(wiring.Component):
             "crc": In(CRC_BITS), "finished": Out(1), "passed": Out(1), "cycles": Out(_LANE_BITS),
         })
 
+    def _next_lane(self, m, counters, then_word, then_device, last_device):
+        """Advance the lane, word and device counters; pick the next state:
+        ``then_word`` after a lane, ``then_device`` after a device's last
+        word, ``last_device`` after the last device's."""
+        lane, word, dev = counters
+        D, L, W = self._devices, self._lanes, self._words
+        with m.If(lane == L - 1):
+            m.d.sync += [lane.eq(0), word.eq(word + 1)]
+            with m.If(word == W - 1):
+                m.d.sync += [word.eq(0), dev.eq(dev + 1)]
+                m.next = last_device if D == 1 else then_device
+                with m.If(dev == D - 1):
+                    m.d.sync += dev.eq(0)
+                    m.next = last_device
+            with m.Else():
+                m.next = then_word
+        with m.Else():
+            m.d.sync += lane.eq(lane + 1)
+
     def elaborate(self, platform):
         m = Module()
         D, L, W = self._devices, self._lanes, self._words
@@ -112,19 +131,7 @@ class SelfTest(wiring.Component):
                          self.cmd.p.addr.eq(reg_offset), self.cmd.p.data.eq(data)]
 
         def next_lane(then_word, then_device, last_device):
-            """Advance lane, word, device counters; pick the next state."""
-            with m.If(lane == L - 1):
-                m.d.sync += [lane.eq(0), word.eq(word + 1)]
-                with m.If(word == W - 1):
-                    m.d.sync += [word.eq(0), dev.eq(dev + 1)]
-                    m.next = last_device if D == 1 else then_device
-                    with m.If(dev == D - 1):
-                        m.d.sync += dev.eq(0)
-                        m.next = last_device
-                with m.Else():
-                    m.next = then_word
-            with m.Else():
-                m.d.sync += lane.eq(lane + 1)
+            self._next_lane(m, (lane, word, dev), then_word, then_device, last_device)
 
         mem_addr, mem_read = register("MEM_ADDR").offset, register("MEM_READ").offset
         wdata0, rdata0 = register("MEM_WDATA0").offset, register("MEM_RDATA0").offset

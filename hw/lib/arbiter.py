@@ -5,7 +5,22 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["RoundRobin"]
+__all__ = ["RoundRobin", "ParkedRoundRobin"]
+
+
+def _check_count(count):
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"Requester count must be a positive integer, not {count!r}")
+    return count
+
+
+def _pick_after(m, domain, holder, requests, n, pick):
+    """Assign ``pick(c)`` for the first requester ``c`` after ``holder`` (the
+    holder itself last): the lowest-priority assignment comes first, so the
+    highest one wins."""
+    for c in reversed([(holder + 1 + k) % n for k in range(n)]):
+        with m.If(requests[c]):
+            m.d[domain] += pick(c)
 
 
 class RoundRobin(wiring.Component):
@@ -35,9 +50,7 @@ class RoundRobin(wiring.Component):
     """
 
     def __init__(self, count):
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"Requester count must be a positive integer, not {count!r}")
-        self._count = count
+        self._count = _check_count(count)
         super().__init__({
             "requests": In(count),
             "grant": Out(range(max(2, count))),
@@ -52,14 +65,10 @@ class RoundRobin(wiring.Component):
         n = self._count
         last = Signal(range(max(2, n)))
         m.d.comb += self.valid.eq(self.requests.any())
-        # for each last grant, the requesters in priority order; the
-        # lowest-priority assignment comes first so the highest one wins
         with m.Switch(last):
             for l in range(n):
                 with m.Case(l):
-                    for c in reversed([(l + 1 + k) % n for k in range(n)]):
-                        with m.If(self.requests[c]):
-                            m.d.comb += self.grant.eq(c)
+                    _pick_after(m, "comb", l, self.requests, n, self.grant.eq)
         with m.If(self.advance & self.valid):
             m.d.sync += last.eq(self.grant)
         return m
@@ -97,9 +106,7 @@ class ParkedRoundRobin(wiring.Component):
     """
 
     def __init__(self, count):
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"Requester count must be a positive integer, not {count!r}")
-        self._count = count
+        self._count = _check_count(count)
         super().__init__({"requests": In(count), "grant": Out(count, init=1), "hold": In(1)})
 
     count = property(lambda self: self._count, doc="Number of requesters.")
@@ -107,14 +114,9 @@ class ParkedRoundRobin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._count
-        # for each holder, the requesters in priority order (the holder last);
-        # the lowest-priority assignment comes first so the highest one wins
-        with m.If(~self.hold & ~self.requests.any()):
-            m.d.sync += self.grant.eq(1)
-        with m.Elif(~self.hold):
+        with m.If(~self.hold):
+            m.d.sync += self.grant.eq(1)        # home, unless someone requests
             for g in range(n):
                 with m.If(self.grant[g]):
-                    for c in reversed([(g + 1 + k) % n for k in range(n)]):
-                        with m.If(self.requests[c]):
-                            m.d.sync += self.grant.eq(1 << c)
+                    _pick_after(m, "sync", g, self.requests, n, lambda c: self.grant.eq(1 << c))
         return m
