@@ -455,7 +455,8 @@ def ooc_component(opts: OocOptions):
     from hw.device import Device
     # one shared write port, as on the boards: block RAM has one (with a port
     # per writer the memory becomes flip-flops: 145,736 LUT4 at 4 KiB)
-    return Device(arch, data_width=opts.bus_bits, shared_write=True, shared_read=True)
+    return Device(arch, data_width=opts.bus_bits, shared_write=True, shared_read=True,
+                  registered_memory=True)
 
 
 def build_ooc(opts: OocOptions) -> dict:
@@ -522,11 +523,13 @@ def board_reshard(opts: BoardOptions, progress=lambda m: None):
 
 
 def board_top(compiled, *, uart_divisor: int, shared_write: bool = True,
-              shared_read: bool = True):
+              shared_read: bool = True, registered_memory: bool = True):
     """The self-checking top for a compiled reshard (images required). Each
     device memory's writers share one write port (``shared_write``), as the
     FPGA's block RAM has one, and its readers one read port (``shared_read``:
-    each more read port would be a copy of the block RAMs)."""
+    each more read port would be a copy of the block RAMs); the block RAMs
+    sit behind registers (``registered_memory``), as a word's bits lie in
+    block RAMs across the part."""
     import zlib
     from hw.board import BoardTop
     if compiled.memories is None:
@@ -534,7 +537,8 @@ def board_top(compiled, *, uart_divisor: int, shared_write: bool = True,
     return BoardTop(compiled.arch, data_width=compiled.bus_bits,
                     programs=[d.words for d in compiled.devices], memories=compiled.memories,
                     expected_crc=zlib.crc32(b"".join(compiled.expected)), uart_divisor=uart_divisor,
-                    shared_write=shared_write, shared_read=shared_read)
+                    shared_write=shared_write, shared_read=shared_read,
+                    registered_memory=registered_memory)
 
 
 _BOARD_TB = """\

@@ -348,6 +348,12 @@ class Device(wiring.Component):
         reduce-on-write unit) share one physical read port, granted
         round-robin: on an FPGA every physical read port is a copy of the
         block RAMs. The default gives each its own port.
+    registered_memory : bool
+        The memory's block RAMs behind registers on every side
+        (:class:`~hw.memory.BankedMemory` ``registered``: reads answer three
+        cycles after their request, writes land a cycle after they are
+        taken): what an FPGA needs when a word's bits lie in block RAMs
+        across the chip. Costs cycles, not results.
 
     Interface attributes
     --------------------
@@ -380,7 +386,7 @@ class Device(wiring.Component):
     def __init__(self, arch, *, index=0, data_width=64, program=(), memory=b"", banks=1,
                  outstanding=8, burst_len=None, net_depth=16, ack_depth=16, desc_depth=16,
                  fault_depth=16, sram_macro=False, shared_write=False,
-                 shared_read=False):
+                 shared_read=False, registered_memory=False):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < arch.devices:
@@ -402,7 +408,7 @@ class Device(wiring.Component):
         self._ack_depth = ack_depth
         self.mem = BankedMemory(data_width=data_width, size=arch.mem_bytes, banks=banks,
                                 read_ports=3, write_ports=4, shared_write=shared_write,
-                                shared_read=shared_read,
+                                shared_read=shared_read, registered=registered_memory,
                                 init=b"" if sram_macro else memory, macro=sram_macro)
         self.mmu = MMU(arch, local_dev=index, tag_width=0)    # the DMA needs no tags: in order
         self.dma = DMA(arch, data_width=data_width, outstanding=outstanding,

@@ -23,7 +23,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from .lib import ParkedRoundRobin, check_bus_width, index_bits
+from .lib import ParkedRoundRobin, RegisterSlice, check_bus_width, index_bits
 
 __all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
@@ -165,6 +165,14 @@ class BankedMemory(wiring.Component):
         of its own). On an FPGA each
         physical read port is a copy of every block RAM; with ``False`` each
         read port is its own.
+    registered : bool
+        Register every path between the block RAMs and the fabric, for an
+        FPGA whose block RAMs spread a word across the chip: each read
+        port's requests and responses pass a :class:`~hw.lib.RegisterSlice`
+        (a read answers three cycles after its request, at full rate), and
+        the physical write port's request a register (a write takes effect
+        at the edge after the one that accepts it, so a read accepted after
+        a write still sees it).
     macro : bool
         Elaborate each bank as an instance of the SRAM macro ``reshard_sram``
         (:data:`SRAM_VERILOG` is its simulation model) instead of an Amaranth
@@ -182,7 +190,8 @@ class BankedMemory(wiring.Component):
     """
 
     def __init__(self, *, data_width=32, size=4096, banks=1, read_ports=1, write_ports=1,
-                 init=b"", shared_write=False, shared_read=False, macro=False):
+                 init=b"", shared_write=False, shared_read=False, registered=False,
+                 macro=False):
         check_bus_width(data_width)
         word = lanes(data_width)
         if not isinstance(banks, int) or banks < 1 or banks & (banks - 1):
@@ -200,6 +209,7 @@ class BankedMemory(wiring.Component):
         self._macro = bool(macro)
         self._shared_write = bool(shared_write)
         self._shared_read = bool(shared_read)
+        self._registered = bool(registered)
         if len(init) > size:
             raise ValueError(f"Initial contents of {len(init)} bytes exceed the memory size "
                              f"of {size} bytes")
@@ -237,6 +247,10 @@ class BankedMemory(wiring.Component):
                            doc="The read ports share one physical read port.")
     shared_write = property(lambda self: self._shared_write,
                             doc="Write ports share one physical port.")
+    registered = property(lambda self: self._registered,
+                          doc="Reads and writes pass registers (see above).")
+    read_latency = property(lambda self: 3 if self._registered else 1,
+                            doc="Cycles from a read's request to its response.")
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
     words = property(lambda self: self._words, doc="Size in words.")
 
@@ -296,13 +310,34 @@ class BankedMemory(wiring.Component):
         else:
             m.d.comb += port.rsp.p.eq(words[0])
 
+    def _logical_reads(self, m):
+        """The read ports as the banks' side sees them: each port itself, or
+        (``registered``) the far side of a request and a response slice."""
+        ports = [self.read[p] for p in range(self._read_ports)]
+        if not self._registered:
+            return ports
+        inner = []
+        sig = ReadPortSignature(self._addr_width, self._data_width)
+        for p, port in enumerate(ports):
+            m.submodules[f"read{p}_req"] = req = RegisterSlice(self._addr_width)
+            m.submodules[f"read{p}_rsp"] = rsp = RegisterSlice(self._data_width)
+            far = sig.flip().create(path=(f"read{p}_inner",))
+            wiring.connect(m, wiring.flipped(port.req), req.i)
+            wiring.connect(m, rsp.o, wiring.flipped(port.rsp))
+            m.d.comb += [far.req.valid.eq(req.o.valid), far.req.p.eq(req.o.p),
+                         req.o.ready.eq(far.req.ready),
+                         rsp.i.valid.eq(far.rsp.valid), rsp.i.p.eq(far.rsp.p),
+                         far.rsp.ready.eq(rsp.i.ready)]
+            inner.append(far)
+        return inner
+
     def _physical_reads(self, m):
         """The read ports the banks serve: each port as it is, or
         (``shared_read``) one port whose requests a parked round-robin
         arbiter takes from the ports (its grant a register, held while the
         granted request waits) and whose responses go back to the port that
         asked."""
-        ports = [self.read[p] for p in range(self._read_ports)]
+        ports = self._logical_reads(m)
         if not self._shared_read or len(ports) == 1:
             return ports
         phys = ReadPortSignature(self._addr_width, self._data_width).flip().create(
@@ -334,7 +369,7 @@ class BankedMemory(wiring.Component):
         if not self._shared_write or len(ports) == 1:
             for port in ports:
                 m.d.comb += port.ready.eq(1)
-            return [(port.valid, port.p) for port in ports]
+            return self._registered_writes(m, [(port.valid, port.p) for port in ports])
         m.submodules.write_arbiter = rr = ParkedRoundRobin(len(ports))
         valid = Signal(name="shared_w_valid")
         payload = Signal.like(ports[0].p, name="shared_w")
@@ -343,7 +378,19 @@ class BankedMemory(wiring.Component):
             m.d.comb += port.ready.eq(rr.grant[p])
             with m.If(rr.grant[p]):
                 m.d.comb += [valid.eq(port.valid), payload.eq(port.p)]
-        return [(valid, payload)]
+        return self._registered_writes(m, [(valid, payload)])
+
+    def _registered_writes(self, m, writes):
+        """The writes as they are, or (``registered``) a cycle later from registers."""
+        if not self._registered:
+            return writes
+        out = []
+        for p, (valid, payload) in enumerate(writes):
+            r_valid = Signal(name=f"w{p}_valid_r")
+            r_payload = Signal.like(payload, name=f"w{p}_r")
+            m.d.sync += [r_valid.eq(valid), r_payload.eq(payload)]
+            out.append((r_valid, r_payload))
+        return out
 
     def _elaborate_macro(self, m, bank_bits):
         """Each bank an instance of ``reshard_sram`` (see :data:`SRAM_VERILOG`)."""

@@ -8,10 +8,17 @@ CRC-32, reads each device's ``STATUS`` and ``CYCLES``, and passes when every
 access answered ``OKAY``, every device ``HALTED`` and the CRC equals the
 expected image's. Reloading the memories first makes a rerun (``run``) start from the
 same state as the first run after configuration.
+
+The ROM holds the images only up to the last word any of them has that is
+not zero (the words after it are loaded as zeros), one ROM per bit: each
+bit's block RAM then answers into a register of its own, with no
+multiplexer across block RAMs, and a second register carries the word to
+the host ports (a block RAM's output is slow, and the bits lie across the
+part).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -73,7 +80,11 @@ class SelfTest(wiring.Component):
         self._devices = devices
         self._lanes = data_width // _LANE_BITS
         self._words = len(images[0]) // (data_width // 8)
-        blob = b"".join(images)
+        word_bytes = data_width // 8
+        # the words kept in the ROM: up to the last one not zero in any image
+        used = [len(i.rstrip(b"\0")) for i in images]
+        self._kept_words = max(1, -(-max(used) // word_bytes))
+        blob = b"".join(i[:self._kept_words * word_bytes] for i in images)
         self._rom = [int.from_bytes(blob[i:i + 4], "little") for i in range(0, len(blob), 4)]
         self._expected_crc = expected_crc
         super().__init__({
@@ -105,20 +116,32 @@ class SelfTest(wiring.Component):
         with m.Else():
             m.d.sync += lane.eq(lane + 1)
 
+    kept_words = property(lambda self: self._kept_words,
+                          doc="Words of each image the ROM holds (the rest load as zeros).")
+
+    def _rom_lane(self, m, index):
+        """One ROM per bit of a lane, read at ``index``: the lane two
+        registers after the read."""
+        bits = Signal(_LANE_BITS)
+        for b in range(_LANE_BITS):
+            rom = Memory(shape=1, depth=len(self._rom), init=[w >> b & 1 for w in self._rom])
+            m.submodules[f"rom{b}"] = rom
+            rd = rom.read_port()
+            m.d.comb += rd.addr.eq(index)
+            m.d.sync += bits[b].eq(rd.data)
+        return bits
+
     def elaborate(self, platform):
         m = Module()
         D, L, W = self._devices, self._lanes, self._words
-        m.submodules.rom = rom = Memory(shape=32, depth=len(self._rom), init=self._rom)
-        rd = rom.read_port()
-        index = Signal(range(len(self._rom) + 1))     # ROM word (= lane) being loaded
+        index = Signal(range(len(self._rom) + 1))     # ROM lane being loaded
         word = Signal(range(W + 1))
         lane = Signal(range(max(2, L)))
         ok = Signal(init=1)                           # every response OKAY, every STATUS HALTED
-        # the ROM's word registered before it leaves for the host ports: a block
-        # RAM's output is slow, and the ROM spans many of them
-        rom_word = Signal(32)
-        m.d.sync += rom_word.eq(rd.data)
-        m.d.comb += [rd.addr.eq(index), self.dev.eq(0)]
+        rom_bits = self._rom_lane(m, index)
+        rom_word = Signal(32)                         # zero past the kept words
+        m.d.sync += rom_word.eq(Mux(word >= self._kept_words, 0, rom_bits))
+        m.d.comb += self.dev.eq(0)
         dev = Signal(range(max(2, D)))
         m.d.comb += self.dev.eq(dev)
         answered = self.rsp.valid
@@ -142,13 +165,16 @@ class SelfTest(wiring.Component):
                 with m.If(answered):
                     m.next = "LOAD_WAIT"
             with m.State("LOAD_WAIT"):               # the ROM read of ``index`` lands
+                m.next = "LOAD_BITS"
+            with m.State("LOAD_BITS"):               # ... in each bit's register
                 m.next = "LOAD_WORD"
-            with m.State("LOAD_WORD"):               # ... and is registered
+            with m.State("LOAD_WORD"):               # ... and in the word's
                 m.next = "LOAD_LANE"
             with m.State("LOAD_LANE"):
                 access(1, wdata0 + 4 * lane, rom_word)
                 with m.If(answered):
-                    m.d.sync += index.eq(index + 1)
+                    with m.If(word < self._kept_words):
+                        m.d.sync += index.eq(index + 1)
                     m.next = "LOAD_WAIT"
                     next_lane("LOAD_WAIT", "LOAD_ADDR", "RUN")
             with m.State("RUN"):

@@ -5,7 +5,9 @@ few words (same-word hazards at every distance), runs of beats to one word,
 plain writes and adds mixed, partial byte enables, random idle cycles on the
 input and a second writer contending for the memory's write port (so the
 write stage stalls); every write in order and the final memory bit for bit;
-throughput and latency; the Verilog."""
+on the plain memory and on the board's registered one (reads answered three
+cycles later, writes landing a cycle late); throughput and latency; the
+Verilog."""
 import random
 import struct
 
@@ -31,10 +33,10 @@ class Harness(Elaboratable):
     second write port shares the memory's one physical port round-robin
     (the testbench writes the guard words through it)."""
 
-    def __init__(self, data_width, init=b"", contend=False):
+    def __init__(self, data_width, init=b"", contend=False, registered=False):
         self.mem = BankedMemory(data_width=data_width, size=WORDS * data_width // 8, banks=2,
                                 write_ports=2 if contend else 1, shared_write=contend,
-                                init=init)
+                                init=init, registered=registered)
         self.rmw = ReduceOnWrite(addr_width=self.mem.addr_width, data_width=data_width)
 
     def elaborate(self, platform):
@@ -73,7 +75,7 @@ def model(init_words, beats, dw):
     return mem, writes
 
 
-def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
+def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0, registered=False):
     """Feed ``beats`` (addr, data, be, op) through a Harness; returns
     (final words, writes, accept cycles, write cycles, cycles ``wr`` was
     offered and not taken). The other writer
@@ -81,7 +83,7 @@ def run_rmw(dw, init_words, beats, *, seed=0, idle=0.0, contend=0.0):
     words, which are checked too."""
     B = dw // 8
     init = b"".join(w.to_bytes(B, "little") for w in init_words)
-    h = Harness(dw, init, contend=bool(contend))
+    h = Harness(dw, init, contend=bool(contend), registered=registered)
     rmw, mem = h.rmw, h.mem
     rng = random.Random(seed)
     aw, full = mem.addr_width, (1 << B) - 1
@@ -190,26 +192,32 @@ def test_bad_arguments(kw, msg):
 def test_properties():
     dut = ReduceOnWrite(addr_width=10, data_width=128)
     assert (dut.addr_width, dut.data_width, dut.latency, dut.adder_latency) == (10, 128, 7, 6)
+    assert (dut.depth, dut.run_interval) == (4, 7)
+    with pytest.raises(ValueError, match="Queue depth must be a positive integer, not 0"):
+        ReduceOnWrite(addr_width=4, data_width=32, depth=0)
 
 
 # ------------------------------------------------------------------ values and hazards
-@pytest.mark.parametrize("dw,seed", [(32, 1), (64, 2), (128, 3)])
-def test_random_beats(dw, seed):
+@pytest.mark.parametrize("dw,seed,registered", [(32, 1, False), (64, 2, False), (128, 3, False),
+                                                (32, 6, True), (64, 7, True)])
+def test_random_beats(dw, seed, registered):
     """Beats over five words: every hazard distance occurs, under idle input
     cycles and a contending writer."""
     rng = random.Random(seed)
     init = [random_word(rng, dw) for _ in range(WORDS)]
     beats = random_beats(rng, dw, 240, pool=[0, 1, 2, 5, 11])
-    _, _, stalls = check(dw, init, beats, seed=seed, idle=0.25, contend=0.3)
+    _, _, stalls = check(dw, init, beats, seed=seed, idle=0.25, contend=0.3,
+                         registered=registered)
     assert stalls > 10                       # the write stage really was stalled
 
 
-def test_hazard_distances():
+@pytest.mark.parametrize("registered", [False, True])
+def test_hazard_distances(registered):
     """Beat X to word A, then j - 1 beats to other words, then a beat to A,
-    for j = 1 .. 8, back to back: j < 4 waits for X's sum inside the adder,
-    j = 4 takes it from the write stage, j = 5 from the last-write register
-    (its read raced X's write), j > 5 from memory. Adds of both formats and
-    plain writes, with partial enables."""
+    for j = 1 .. 8, back to back: small j waits for X's write, which it
+    keeps from the write port (its read may predate the write), larger j
+    reads it from memory. Adds of both formats and plain writes, with
+    partial enables."""
     dw = 64
     rng = random.Random(4)
     init = [random_word(rng, dw) for _ in range(WORDS)]
@@ -222,14 +230,15 @@ def test_hazard_distances():
             beats.append((2, random_word(rng, dw), 0xFF, first))
             beats += [(a, random_word(rng, dw), 0xFF, ReduceOp.ADD_F32) for a in fill]
             beats.append((2, random_word(rng, dw), be2, second))
-    check(dw, init, beats)
-    check(dw, init, beats, seed=5, contend=0.5)
+    check(dw, init, beats, registered=registered)
+    check(dw, init, beats, seed=5, contend=0.5, registered=registered)
 
 
 def test_same_word_run():
     """32 f32 adds to one word: the word ends as numpy's sequential sum, one
-    beat per adder latency; 64 adds to distinct words: one beat a cycle,
-    each written ``latency`` cycles after it was accepted."""
+    beat per ``run_interval``; adds to distinct words: one beat a cycle,
+    each written ``latency`` cycles after it was accepted (a memory that
+    answers three cycles later: two more, still one a cycle)."""
     dw = 32
     vals = [0.1 * (k + 1) * (-1) ** k for k in range(32)]
     acc = np.float32(1.5)
@@ -239,15 +248,21 @@ def test_same_word_run():
     beats = [(0, f32_bits(v), 0xF, ReduceOp.ADD_F32) for v in vals]
     words, _, accepted, wrote, _ = run_rmw(dw, init, beats)
     assert words[0] == int(np.array([acc], np.float32).view(np.uint32)[0])
-    lat = ReduceOnWrite(addr_width=4, data_width=dw).adder_latency
-    assert set(np.diff(wrote).tolist()) == {lat}                 # one sum per adder latency
-    assert set(np.diff(accepted[1:]).tolist()) == {lat}          # (the 2nd waits in S1)
+    dut = ReduceOnWrite(addr_width=4, data_width=dw)
+    assert set(np.diff(wrote).tolist()) == {dut.run_interval}     # one sum per run interval
+    # the plain memory holds one answer: the second beat waits with its word
+    # read, the third until the head leaves
+    assert accepted[1] == accepted[0] + 1
+    assert set(np.diff(accepted[2:]).tolist()) == {dut.run_interval}
 
     beats = [(k % (WORDS - GUARD), f32_bits(float(k)), 0xF, ReduceOp.ADD_F32)
              for k in range(WORDS - GUARD)]
     accepted, wrote, _ = check(dw, [0] * WORDS, beats)
     assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
-    assert wrote == [c + 7 for c in accepted]                     # S1, then the 6 adder stages
+    assert wrote == [c + 7 for c in accepted]                     # the read, then 6 adder stages
+    accepted, wrote, _ = check(dw, [0] * WORDS, beats, registered=True)
+    assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
+    assert wrote == [c + 9 for c in accepted]                     # a 3-cycle read
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -263,7 +278,7 @@ def test_hypothesis_beats(seed, dw, data):
     beats = data.draw(st.lists(beat, min_size=1, max_size=60))
     rng = random.Random(seed)
     init = [random_word(rng, dw) for _ in range(WORDS)]
-    check(dw, init, beats, seed=seed, idle=0.2, contend=0.3)
+    check(dw, init, beats, seed=seed, idle=0.2, contend=0.3, registered=seed % 2 == 1)
 
 
 # ------------------------------------------------------------------ the in-flight ring

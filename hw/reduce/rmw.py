@@ -48,28 +48,33 @@ class ReduceOnWrite(wiring.Component):
     that element's sum). All three operations go through the same pipeline,
     so writes leave in the order beats arrive.
 
-    Pipeline: the read is issued as the beat is accepted (stage S1 holds the
-    beat while the word comes back), then one f32 and one bf16 adder run in
-    lockstep (same inputs and handshakes, so the same state), then the
-    write. Latency: a beat accepted at one clock edge is offered on ``wr``
-    ``1 + adder latency`` (= 7) cycles later. Throughput: one beat a cycle
-    while beats go to different words.
+    Pipeline: the read is issued as the beat is accepted, and the beat waits
+    in a queue of ``depth`` beats (:attr:`depth`) for its word; the queue's
+    head then goes into one f32 and one bf16 adder running in lockstep (same
+    inputs and handshakes, so the same state), then to the write. With a
+    memory that answers a cycle after a request, a beat accepted at one
+    clock edge is offered on ``wr`` ``1 + adder latency`` (= 7,
+    :attr:`latency`) cycles later; a memory that answers later adds its
+    extra cycles. Throughput: one beat a cycle while beats go to different
+    words and the memory keeps ``depth`` reads in flight.
 
     Same-word hazards: a beat must add to the word as its predecessors left
     it, in order (floating-point addition is not associative, so the result
-    must equal ``((m + d0) + d1) + ...``). A beat whose word is still being
-    summed inside the adder waits in S1 until that sum reaches the adder's
-    output, then takes it directly as its old value instead of the stale
-    memory word (forwarding from the write stage); a beat whose word was
-    written at the edge its read was issued takes the last written word from
-    a register. So a run of beats to one word costs the adder latency (6
-    cycles) per beat, and no memory round trip; beats to other words are not
-    delayed.
+    must equal ``((m + d0) + d1) + ...``). Every queued beat watches the
+    writes: when one lands on its word (from the edge the beat is accepted
+    on), the beat keeps that word and uses it instead of what its read
+    returns, which may predate the write. The queue's head does not enter
+    the adders while a beat to its word is still inside them (including the
+    one being written). So the old word a beat adds to is a register or the
+    memory's answer, one multiplexer from the adders' operand registers,
+    whatever the memory's latency; a run of beats to one word costs
+    :attr:`run_interval` (= 7) cycles per beat, and beats to other words are
+    not delayed.
 
     Assumptions (the conventions of :class:`~hw.memory.BankedMemory`):
-    ``rd`` answers one cycle after a request and holds the word while
-    ``rsp.ready`` is low (one read is in flight at a time here); ``wr``
-    takes effect at the edge that accepts it; nothing else writes the words
+    ``rd`` answers in request order, any number of cycles later, and holds
+    a word while ``rsp.ready`` is low; a write taken by ``wr`` is seen by
+    every read the memory accepts after it; nothing else writes the words
     this block is reducing into while its beats are in flight.
 
     In a :class:`~hw.device.Device` it serves the incoming reduce beats of
@@ -85,6 +90,9 @@ class ReduceOnWrite(wiring.Component):
         as many bf16 lanes).
     user_width : int
         Width of a beat's ``user`` bits (default 0).
+    depth : int
+        Beats waiting for their words (default 4, at least 1): as many
+        reads as the memory must have in flight for one beat a cycle.
 
     Interface attributes
     --------------------
@@ -98,15 +106,18 @@ class ReduceOnWrite(wiring.Component):
         The ``user`` bits of the beat ``wr`` offers.
     """
 
-    def __init__(self, *, addr_width, data_width, user_width=0):
+    def __init__(self, *, addr_width, data_width, user_width=0, depth=4):
         if not isinstance(addr_width, int) or isinstance(addr_width, bool) or addr_width < 1:
             raise ValueError(f"Address width must be a positive integer, not {addr_width!r}")
         check_bus_width(data_width)
         if not isinstance(user_width, int) or isinstance(user_width, bool) or user_width < 0:
             raise ValueError(f"User width must be a non-negative integer, not {user_width!r}")
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"Queue depth must be a positive integer, not {depth!r}")
         self._addr_width = addr_width
         self._data_width = data_width
         self._user_width = user_width
+        self._depth = depth
         super().__init__({
             "i": In(stream.Signature(RmwBeat(addr_width, data_width, user_width))),
             "rd": Out(ReadPortSignature(addr_width, data_width)),
@@ -116,10 +127,14 @@ class ReduceOnWrite(wiring.Component):
 
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
     data_width = property(lambda self: self._data_width, doc="Word width in bits.")
+    depth = property(lambda self: self._depth, doc="Beats waiting for their words.")
     latency = property(lambda self: 1 + FpAdd.STAGES,
-                       doc="Cycles from accepting a beat to offering its write.")
-    adder_latency = property(lambda self: FpAdd.STAGES,
-                             doc="Cycles per beat of a run of beats to one word.")
+                       doc="Cycles from accepting a beat to offering its write, with a memory "
+                           "that answers a cycle after a request.")
+    adder_latency = property(lambda self: FpAdd.STAGES, doc="The adders' register stages.")
+    run_interval = property(lambda self: FpAdd.STAGES + 1,
+                            doc="Cycles per beat of a run of beats to one word: the adders, "
+                                "then the write the next beat waits for.")
 
     def _byte_merge(self, new, old, be):
         """``new`` in the bytes ``be`` enables, ``old`` in the others."""
@@ -129,17 +144,18 @@ class ReduceOnWrite(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        side_layout = _Side(self._addr_width, self._data_width, self._user_width)
-        m.submodules.add_f32 = f32 = FpAdd("f32", self._data_width, user_shape=side_layout)
+        A, W, n = self._addr_width, self._data_width, self._depth
+        side_layout = _Side(A, W, self._user_width)
+        m.submodules.add_f32 = f32 = FpAdd("f32", W, user_shape=side_layout)
         # one user bit, unused: a zero-width payload field becomes a [-1:0]
         # vector in the emitted Verilog, which Verilator's lint rejects
-        m.submodules.add_bf16 = bf16 = FpAdd("bf16", self._data_width, user_shape=1)
+        m.submodules.add_bf16 = bf16 = FpAdd("bf16", W, user_shape=1)
 
         # ---- the write stage: the adders' output, merged into the old word
         side = f32.o.p.user
         out_valid = Signal()
-        result = Signal(self._data_width)
-        merged = Signal(self._data_width)
+        result = Signal(W)
+        merged = Signal(W)
         m.d.comb += [
             out_valid.eq(f32.o.valid & bf16.o.valid),
             result.eq(Mux(side.op == ReduceOp.ADD_F32, f32.o.p.sum,
@@ -152,58 +168,74 @@ class ReduceOnWrite(wiring.Component):
             bf16.o.ready.eq(out_valid & self.wr.ready),
         ]
         written = self.wr.valid & self.wr.ready
-        last_valid = Signal()                 # the last word written, for a read it raced
-        last_addr = Signal(self._addr_width)
-        last_data = Signal(self._data_width)
-        with m.If(written):
-            m.d.sync += [last_valid.eq(1), last_addr.eq(side.addr), last_data.eq(merged)]
 
-        # ---- S1: the beat whose word is being read
-        s1_valid = Signal()
-        s1 = Signal(RmwBeat(self._addr_width, self._data_width, self._user_width))
-        s1_go = Signal()                      # offered to the adders
-        s1_fire = Signal()                    # taken by the adders
-        s1_free = Signal()
+        # ---- the queue of beats waiting for their words; entry 0 is the head
+        beat = RmwBeat(A, W, self._user_width)
+        valid = [Signal(name=f"q_valid{k}") for k in range(n)]
+        entry = [Signal(beat, name=f"q{k}") for k in range(n)]
+        dirty = [Signal(name=f"q_dirty{k}") for k in range(n)]      # a write landed on its word
+        kept = [Signal(W, name=f"q_kept{k}") for k in range(n)]     # ... and left this word
+        count = Signal(range(n + 1))
+        consume = Signal()                    # the head goes into the adders
+        full = Signal()
         m.d.comb += [
-            s1_free.eq(~s1_valid | s1_fire),
-            self.rd.req.valid.eq(self.i.valid & s1_free),
+            full.eq(count == n),
+            self.rd.req.valid.eq(self.i.valid & ~full),
             self.rd.req.p.eq(self.i.p.addr),
-            self.i.ready.eq(self.rd.req.ready & s1_free),
+            self.i.ready.eq(self.rd.req.ready & ~full),
         ]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [s1_valid.eq(1), s1.eq(self.i.p)]
-        with m.Elif(s1_fire):
-            m.d.sync += s1_valid.eq(0)
+        accept = self.i.valid & self.i.ready
+        m.d.sync += count.eq(count + accept - consume)
+        landing = Signal(range(n))            # where an accepted beat goes
+        m.d.comb += landing.eq(count - consume)
+        # each entry's word against the word being written, from registers
+        wrote_on = [Signal(name=f"q_written{k}") for k in range(n)]
+        m.d.comb += [wrote_on[k].eq(written & (entry[k].addr == side.addr)) for k in range(n)]
+        for k in range(n):
+            # entry k next: entry k + 1 when the head leaves, else itself
+            if k + 1 < n:
+                src = [Mux(consume, a[k + 1], a[k]) for a in (valid, dirty, kept, wrote_on)]
+                src_entry = Mux(consume, entry[k + 1].as_value(), entry[k].as_value())
+            else:
+                src = [valid[k] & ~consume, dirty[k], kept[k], wrote_on[k]]
+                src_entry = entry[k].as_value()
+            src_valid, src_dirty, src_kept, src_wrote = src
+            with m.If(accept & (landing == k)):
+                m.d.sync += [valid[k].eq(1), entry[k].eq(self.i.p),
+                             dirty[k].eq(written & (self.i.p.addr == side.addr)),
+                             kept[k].eq(merged)]
+            with m.Else():
+                m.d.sync += [valid[k].eq(src_valid), entry[k].eq(src_entry),
+                             dirty[k].eq(src_dirty | src_wrote),
+                             kept[k].eq(Mux(src_wrote, merged, src_kept))]
 
-        # ---- the addresses inside the adders, oldest the output's (when out_valid)
-        m.submodules.inflight = inflight = InFlight(f32.capacity, self._addr_width)
-        inside = Signal()                     # S1's word is still being summed
-        # the probe is S1's address, loaded with S1 (the ring compares a cycle early)
+        # ---- the addresses inside the adders (the one being written included)
+        m.submodules.inflight = inflight = InFlight(f32.capacity, A)
+        head = entry[0]
+        # the probe is the head's address, set as the head changes: to entry 1
+        # or the beat arriving now (the ring compares a cycle early)
         m.d.comb += [
-            inflight.push.eq(s1_fire), inflight.push_addr.eq(s1.addr),
+            inflight.push.eq(consume), inflight.push_addr.eq(head.addr),
             inflight.pop.eq(written),
-            inflight.load.eq(self.i.valid & self.i.ready), inflight.load_addr.eq(self.i.p.addr),
-            inflight.skip_oldest.eq(out_valid), inside.eq(inflight.hit),
+            inflight.load.eq(consume | (count == 0)),
+            inflight.load_addr.eq(Mux(count > 1, entry[1 % n].addr, self.i.p.addr)
+                                  if n > 1 else self.i.p.addr),
+            inflight.skip_oldest.eq(0),
         ]
 
-        # ---- S1's old word: forwarded from the write stage, the last write, or memory
-        old = Signal(self._data_width)
-        with m.If(out_valid & (side.addr == s1.addr)):
-            m.d.comb += old.eq(merged)
-        with m.Elif(last_valid & (last_addr == s1.addr)):
-            m.d.comb += old.eq(last_data)
-        with m.Else():
-            m.d.comb += old.eq(self.rd.rsp.p)
-
+        # ---- the head's old word: the last write to it, or the memory's answer
+        old = Signal(W)
         m.d.comb += [
-            s1_go.eq(s1_valid & self.rd.rsp.valid & ~inside),
-            s1_fire.eq(s1_go & f32.i.ready & bf16.i.ready),
-            self.rd.rsp.ready.eq(s1_fire),
-            f32.i.valid.eq(s1_go), bf16.i.valid.eq(s1_go),
-            f32.i.p.a.eq(old), f32.i.p.b.eq(s1.data),
-            bf16.i.p.a.eq(old), bf16.i.p.b.eq(s1.data),
-            f32.i.p.user.addr.eq(s1.addr), f32.i.p.user.data.eq(s1.data),
-            f32.i.p.user.be.eq(s1.be), f32.i.p.user.op.eq(s1.op), f32.i.p.user.old.eq(old),
-            f32.i.p.user.user.eq(s1.user),
+            old.eq(Mux(dirty[0], kept[0], self.rd.rsp.p)),
+            consume.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit
+                       & f32.i.ready & bf16.i.ready),
+            self.rd.rsp.ready.eq(consume),
+            f32.i.valid.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit),
+            bf16.i.valid.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit),
+            f32.i.p.a.eq(old), f32.i.p.b.eq(head.data),
+            bf16.i.p.a.eq(old), bf16.i.p.b.eq(head.data),
+            f32.i.p.user.addr.eq(head.addr), f32.i.p.user.data.eq(head.data),
+            f32.i.p.user.be.eq(head.be), f32.i.p.user.op.eq(head.op), f32.i.p.user.old.eq(old),
+            f32.i.p.user.user.eq(head.user),
         ]
         return m
