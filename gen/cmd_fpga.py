@@ -59,6 +59,8 @@ def add_arguments(p):
                    help="workload seed of the iCE40 subset (the DMA self-test)")
     p.add_argument("--router", default=None, choices=["router1", "router2"],
                    help="nextpnr's router for a board (default: router2 on ECP5, nextpnr's own on iCE40)")
+    p.add_argument("--placer", default=None, choices=["heap", "static", "sa"],
+                   help="nextpnr's placer (default: static for ECP5 boards, nextpnr's own, heap, for --ooc and iCE40)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -82,7 +84,7 @@ def run(args) -> int:
                       mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
                       freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1],
                       out=args.out or f"build/fpga/ooc-{args.block}",
-                      system_tools=args.system_tools)
+                      system_tools=args.system_tools, placer=args.placer)
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)
     rep = build_ooc(opts)
@@ -112,7 +114,7 @@ def _board(args) -> int:
                         tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
                         system_tools=args.system_tools, program=args.program, seed=args.seed,
-                        router=args.router,
+                        router=args.router, placer=args.placer,
                         time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:

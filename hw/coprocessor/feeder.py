@@ -16,7 +16,10 @@ class DescriptorFeeder(wiring.Component):
 
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
-    others). A channel *qualifies* when its queue is not empty, the DMA
+    others). The queues read first-word fall-through (LUT RAM read
+    without an output register), so a pop moves only a read pointer: a
+    registered read side would make every pop an enable of a
+    descriptor-wide register. A channel *qualifies* when its queue is not empty, the DMA
     has a free slot for its next descriptor or it has faulted (the DMA
     takes, and drops, anything then), and it is not the registered pick. The
     free slots are counted from registers: the DMA's ``free_slots`` of the
@@ -92,13 +95,16 @@ class DescriptorFeeder(wiring.Component):
         m.submodules.offer = offer = RegisterSlice(layout)
         wiring.connect(m, offer.o, wiring.flipped(self.desc))
         # the registered pick: moved into the offer when it has room, replaced then
-        picked, pick = Signal(), Signal(range(max(2, C)))
+        # ``pick`` selects the payload; ``chosen`` is the same pick one-hot
+        # (with ``picked``), so a channel's pop is one gate from flip-flops
+        picked, pick, chosen = Signal(), Signal(range(max(2, C))), Signal(C)
         push = Signal()
         m.d.comb += push.eq(picked & offer.i.ready & ~self.flush)
         with m.If(self.flush):
-            m.d.sync += picked.eq(0)
+            m.d.sync += [picked.eq(0), chosen.eq(0)]
         with m.Elif(~picked | push):
-            m.d.sync += [picked.eq(arb.valid), pick.eq(arb.grant)]
+            m.d.sync += [picked.eq(arb.valid), pick.eq(arb.grant),
+                         chosen.eq(Mux(arb.valid, 1 << arb.grant, 0))]
         taken = self.desc.valid & self.desc.ready
         flushed = Signal()      # a take in a flush cycle is not in ``slots``: skip a cycle
         m.d.sync += flushed.eq(self.flush)
@@ -107,7 +113,7 @@ class DescriptorFeeder(wiring.Component):
         w_ready, empty, held = Signal(C), Signal(C), Signal(C)
         heads = []
         for c in range(C):
-            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth)
+            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False)
             heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
@@ -134,9 +140,9 @@ class DescriptorFeeder(wiring.Component):
                 # a free slot beyond those the offers will fill; not picked already
                 # (its head leaves the queue only when the pick is pushed)
                 eligible[c].eq(q.r.valid & ((slots > in_flight) | st[c].error)
-                               & ~(picked & (pick == c)) & ~flushed),
+                               & ~chosen[c] & ~flushed),
                 arb.requests[c].eq(eligible[c] & ~self.flush),
-                pop.eq(push & (pick == c)),
+                pop.eq(chosen[c] & offer.i.ready & ~self.flush),
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
