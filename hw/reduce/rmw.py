@@ -1,7 +1,7 @@
 """Reduce-on-write: each write beat becomes read, add, write back."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -169,13 +169,18 @@ class ReduceOnWrite(wiring.Component):
         ]
         written = self.wr.valid & self.wr.ready
 
-        # ---- the queue of beats waiting for their words; entry 0 is the head
+        # ---- the queue of beats waiting for their words: a ring, so a beat
+        # stays in its entry and taking the head moves only a pointer (the
+        # entries' loads depend on arrivals and writes, never on the head)
         beat = RmwBeat(A, W, self._user_width)
-        valid = [Signal(name=f"q_valid{k}") for k in range(n)]
         entry = [Signal(beat, name=f"q{k}") for k in range(n)]
         dirty = [Signal(name=f"q_dirty{k}") for k in range(n)]      # a write landed on its word
         kept = [Signal(W, name=f"q_kept{k}") for k in range(n)]     # ... and left this word
         count = Signal(range(n + 1))
+        head_at, tail_at = Signal(range(n), name="head_at"), Signal(range(n), name="tail_at")
+
+        def after(ptr):
+            return Mux(ptr == n - 1, 0, ptr + 1) if n > 1 else ptr
         consume = Signal()                    # the head goes into the adders
         full = Signal()
         m.d.comb += [
@@ -186,52 +191,42 @@ class ReduceOnWrite(wiring.Component):
         ]
         accept = self.i.valid & self.i.ready
         m.d.sync += count.eq(count + accept - consume)
-        landing = Signal(range(n))            # where an accepted beat goes
-        m.d.comb += landing.eq(count - consume)
-        # each entry's word against the word being written, from registers
-        wrote_on = [Signal(name=f"q_written{k}") for k in range(n)]
-        m.d.comb += [wrote_on[k].eq(written & (entry[k].addr == side.addr)) for k in range(n)]
+        with m.If(accept):
+            m.d.sync += tail_at.eq(after(tail_at))
+        with m.If(consume):
+            m.d.sync += head_at.eq(after(head_at))
         for k in range(n):
-            # entry k next: entry k + 1 when the head leaves, else itself
-            if k + 1 < n:
-                src = [Mux(consume, a[k + 1], a[k]) for a in (valid, dirty, kept, wrote_on)]
-                src_entry = Mux(consume, entry[k + 1].as_value(), entry[k].as_value())
-            else:
-                src = [valid[k] & ~consume, dirty[k], kept[k], wrote_on[k]]
-                src_entry = entry[k].as_value()
-            src_valid, src_dirty, src_kept, src_wrote = src
-            with m.If(accept & (landing == k)):
-                m.d.sync += [valid[k].eq(1), entry[k].eq(self.i.p),
+            # each entry's word against the word being written, from registers
+            wrote_on = written & (entry[k].addr == side.addr)
+            with m.If(accept & (tail_at == k)):
+                m.d.sync += [entry[k].eq(self.i.p),
                              dirty[k].eq(written & (self.i.p.addr == side.addr)),
                              kept[k].eq(merged)]
-            with m.Else():
-                m.d.sync += [valid[k].eq(src_valid), entry[k].eq(src_entry),
-                             dirty[k].eq(src_dirty | src_wrote),
-                             kept[k].eq(Mux(src_wrote, merged, src_kept))]
+            with m.Elif(wrote_on):
+                m.d.sync += [dirty[k].eq(1), kept[k].eq(merged)]
 
         # ---- the addresses inside the adders (the one being written included)
         m.submodules.inflight = inflight = InFlight(f32.capacity, A)
-        head = entry[0]
-        # the probe is the head's address, set as the head changes: to entry 1
-        # or the beat arriving now (the ring compares a cycle early)
+        head = Array(entry)[head_at]
+        # the probe is the head's address, set as the head changes: to the
+        # next entry or the beat arriving now (the ring compares a cycle early)
         m.d.comb += [
             inflight.push.eq(consume), inflight.push_addr.eq(head.addr),
             inflight.pop.eq(written),
             inflight.load.eq(consume | (count == 0)),
-            inflight.load_addr.eq(Mux(count > 1, entry[1 % n].addr, self.i.p.addr)
-                                  if n > 1 else self.i.p.addr),
+            inflight.load_addr.eq(Mux(count > 1, Array(entry)[after(head_at)].addr, self.i.p.addr)),
             inflight.skip_oldest.eq(0),
         ]
 
         # ---- the head's old word: the last write to it, or the memory's answer
         old = Signal(W)
         m.d.comb += [
-            old.eq(Mux(dirty[0], kept[0], self.rd.rsp.p)),
-            consume.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit
+            old.eq(Mux(Array(dirty)[head_at], Array(kept)[head_at], self.rd.rsp.p)),
+            consume.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit
                        & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
-            f32.i.valid.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit),
-            bf16.i.valid.eq(valid[0] & self.rd.rsp.valid & ~inflight.hit),
+            f32.i.valid.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
+            bf16.i.valid.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
             f32.i.p.a.eq(old), f32.i.p.b.eq(head.data),
             bf16.i.p.a.eq(old), bf16.i.p.b.eq(head.data),
             f32.i.p.user.addr.eq(head.addr), f32.i.p.user.data.eq(head.data),
