@@ -181,6 +181,10 @@ class ReduceOnWrite(wiring.Component):
 
         def after(ptr):
             return Mux(ptr == n - 1, 0, ptr + 1) if n > 1 else ptr
+        # the entry after the head, and whether it holds a beat, kept in
+        # registers: the hazard probe's next address is one mux from them
+        next_at = Signal(range(n), name="next_at", init=1 % n)
+        several = Signal()                    # count > 1
         consume = Signal()                    # the head goes into the adders
         full = Signal()
         m.d.comb += [
@@ -190,11 +194,13 @@ class ReduceOnWrite(wiring.Component):
             self.i.ready.eq(self.rd.req.ready & ~full),
         ]
         accept = self.i.valid & self.i.ready
-        m.d.sync += count.eq(count + accept - consume)
+        count_next = Signal.like(count)
+        m.d.comb += count_next.eq(count + accept - consume)
+        m.d.sync += [count.eq(count_next), several.eq(count_next > 1)]
         with m.If(accept):
             m.d.sync += tail_at.eq(after(tail_at))
         with m.If(consume):
-            m.d.sync += head_at.eq(after(head_at))
+            m.d.sync += [head_at.eq(after(head_at)), next_at.eq(after(next_at))]
         for k in range(n):
             # each entry's word against the word being written, from registers
             wrote_on = written & (entry[k].addr == side.addr)
@@ -214,7 +220,7 @@ class ReduceOnWrite(wiring.Component):
             inflight.push.eq(consume), inflight.push_addr.eq(head.addr),
             inflight.pop.eq(written),
             inflight.load.eq(consume | (count == 0)),
-            inflight.load_addr.eq(Mux(count > 1, Array(entry)[after(head_at)].addr, self.i.p.addr)),
+            inflight.load_addr.eq(Mux(several, Array(entry)[next_at].addr, self.i.p.addr)),
             inflight.skip_oldest.eq(0),
         ]
 
