@@ -6,9 +6,10 @@ below its count, every DMA channel has completed its descriptors, no message
 waits in a device's outgoing FIFO and the crossbar is empty: nothing can ever
 change a semaphore again, so the blocked devices are aborted
 (``ABORTED``/``DEADLOCK``) - the golden model's "a whole round without
-progress". ``quiescent`` is registered: the abort comes a cycle after the
-system went quiescent (it stays so), and no device's stop decision depends
-on the other devices' state within one cycle.
+progress". ``quiescent`` is registered twice (each device's part, then
+their AND): the abort comes two cycles after the system went quiescent (it
+stays so), and no device's stop decision depends on the other devices'
+state within one cycle.
 
 Lock-step mode (``step_mode``) passes a grant round-robin, device 0 first:
 the holder executes one instruction, then the grant waits until every copy
@@ -100,10 +101,18 @@ class System(wiring.Component):
             wiring.connect(m, wiring.flipped(self.host[d]), dev.host)
         quiet = Signal()
         m.d.comb += quiet.eq(Cat(*[dev.quiet for dev in self.devices]).all() & ~ic.busy)
-        # registered: a device's blocked WAIT reaches the others' stop decisions a
-        # cycle later, not through every device in one cycle (nothing can
-        # progress once quiescent, so the abort only comes a cycle later)
-        m.d.sync += self.quiescent.eq(quiet & Cat(*[dev.stuck for dev in self.devices]).all())
+        # registered twice: each device's "stopped and quiet" and the crossbar's
+        # idle in one cycle (a snapshot of the whole system), their AND in the
+        # next, so no device's stop decision depends on another's state within
+        # a cycle and no path crosses the chip through logic (nothing can
+        # progress once quiescent, so the abort may come two cycles later;
+        # a start clears both stages, so a new run never sees an old snapshot)
+        settled = [Signal(name=f"settled{d}") for d in range(D)]
+        crossbar_idle = Signal()
+        m.d.sync += [s.eq(dev.quiet & dev.stuck & ~self.start)
+                     for s, dev in zip(settled, self.devices)]
+        m.d.sync += [crossbar_idle.eq(~ic.busy),
+                     self.quiescent.eq(Cat(*settled).all() & crossbar_idle & ~self.start)]
         m.d.comb += self.done.eq(quiet & ~Cat(*[dev.running for dev in self.devices]).any())
         # lock-step: GRANT (the holder executes one instruction) -> SETTLE (all landed)
         tok = Signal(range(max(2, D)))
