@@ -96,9 +96,14 @@ class BoardTop(wiring.Component):
         wiring.connect(m, line.data, uart.data)
         finished_prev = Signal()
         m.d.sync += finished_prev.eq(st.finished)
+        # the system's done (every device's state and the crossbar's) registered
+        # before the sequencer acts on it, cleared by a start so a new run never
+        # sees the last one's (it stays high once the system is done)
+        done = Signal()
+        m.d.sync += done.eq(system.done & ~st.start)
         m.d.comb += [
             crc.clear.eq(st.crc_clear), st.crc.eq(crc.crc),
-            system.start.eq(st.start), st.done.eq(system.done), st.run.eq(self.rerun),
+            system.start.eq(st.start), st.done.eq(done), st.run.eq(self.rerun),
             line.start.eq(st.finished & ~finished_prev), line.passed.eq(st.passed),
             line.cycles.eq(st.cycles), line.crc.eq(crc.crc),
             self.tx.eq(uart.tx),
