@@ -81,7 +81,18 @@ def test_board_top_reports_its_verdict(corrupt):
         assert not ctx.get(top.led_pass) and not ctx.get(top.led_fail)
         lines.append(await _uart_line(ctx, top.tx, DIVISOR))
 
-    run_simulation(top, [tb])
+    # the self-test leaves its wait (clearing the CRC) only once the system is
+    # done: the run it just started, not what the last run left
+    read_back_done = []
+
+    async def watch_read_back(ctx):
+        async for _clk, _rst, clear, done in ctx.tick().sample(top.selftest.crc_clear,
+                                                               top.system.done):
+            if clear:
+                read_back_done.append(done)
+
+    run_simulation(top, [tb], background=[watch_read_back])
+    assert read_back_done == [1, 1]
     word, cycles, crc_text = lines[0].split()
     assert word == ("FAIL" if corrupt else "PASS")
     assert int(cycles.removeprefix("cycles=")) > 0
