@@ -226,13 +226,14 @@ class ReduceOnWrite(wiring.Component):
 
         # ---- the head's old word: the last write to it, or the memory's answer
         old = Signal(W)
+        offered = Signal()                    # the head has its word and no hazard
         m.d.comb += [
             old.eq(Mux(Array(dirty)[head_at], Array(kept)[head_at], self.rd.rsp.p)),
-            consume.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit
-                       & f32.i.ready & bf16.i.ready),
+            offered.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
+            consume.eq(offered & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
-            f32.i.valid.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
-            bf16.i.valid.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
+            f32.i.valid.eq(offered),
+            bf16.i.valid.eq(offered),
             f32.i.p.a.eq(old), f32.i.p.b.eq(head.data),
             bf16.i.p.a.eq(old), bf16.i.p.b.eq(head.data),
             f32.i.p.user.addr.eq(head.addr), f32.i.p.user.data.eq(head.data),
