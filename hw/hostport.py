@@ -351,7 +351,8 @@ class HostPort(wiring.Component):
     bus : ``In(AxiLiteSignature(ADDR_WIDTH))``
         The AXI4-Lite slave.
     start : ``Out(1)``
-        Pulsed by a write of ``CTRL.start``.
+        Pulsed by a write of ``CTRL.start``, from a register (the cycle after
+        the write executes).
     imem_w : ``Out(stream.Signature(ImemWrite(imem_words)))``
         Instruction-memory writes, to the coprocessor; ``valid`` is held until
         ``ready`` (a write of ``IMEM_DATA7`` while the program runs is refused
@@ -524,6 +525,7 @@ class HostPort(wiring.Component):
 
         w = _WriteBeat(w_data, w_strb)
         targets = self._write_targets(m, h, w)
+        m.d.sync += self.start.eq(0)          # a pulse: high only after a CTRL.start write
         # the address is decoded into a register (one flag per writable register) in
         # the cycle after both halves are held, and the write executes from it: the
         # address comparison never reaches a target's stream or the coprocessor
@@ -559,7 +561,9 @@ class HostPort(wiring.Component):
             pass
 
         def start(f):
-            m.d.comb += self.start.eq((w.bits(f) & w.mask(f)).any())
+            # registered: a start resets most of the coprocessor, so it leaves
+            # from a flip-flop, not from the write's strobes (a cycle later)
+            m.d.sync += self.start.eq((w.bits(f) & w.mask(f)).any())
 
         def fault_pop(f):
             m.d.comb += self.fault_rd.ready.eq(w.enabled(f))

@@ -221,12 +221,16 @@ def test_register_slice_moves_one_entry_a_cycle_and_flushes(late_ready):
     assert seen == list(range(10))
 
 
-def test_register_slice_queue_variant_matches_cycle_for_cycle():
-    """``late_ready=True`` changes only where o.ready goes, never what is seen."""
+@pytest.mark.parametrize("urgent", [(), ("b",), ("a", "b")])
+def test_register_slice_queue_variant_matches_cycle_for_cycle(urgent):
+    """``late_ready=True`` changes only where o.ready goes, never what is seen;
+    neither do urgent fields (read through their own copy of the pointer)."""
     from amaranth.hdl import Module
+    layout = data.StructLayout({"a": 5, "b": 3})
     m = Module()
-    m.submodules.a = a = RegisterSlice(8)
-    m.submodules.b = b = RegisterSlice(8, late_ready=True)
+    m.submodules.a = a = RegisterSlice(layout)
+    m.submodules.b = b = RegisterSlice(layout, late_ready=True, urgent=urgent)
+    assert b.urgent == urgent
     rng = random.Random(7)
 
     async def tb(ctx):
@@ -234,16 +238,25 @@ def test_register_slice_queue_variant_matches_cycle_for_cycle():
             iv, op, orr, fl = rng.random() < 0.7, rng.randrange(256), rng.random() < 0.6, k % 97 == 50
             for rs in (a, b):
                 ctx.set(rs.i.valid, iv)
-                ctx.set(rs.i.payload, op)
+                ctx.set(rs.i.payload, {"a": op & 31, "b": op >> 5})
                 ctx.set(rs.o.ready, orr)
                 ctx.set(rs.flush, fl)
             assert ctx.get(a.i.ready) == ctx.get(b.i.ready)
             assert ctx.get(a.o.valid) == ctx.get(b.o.valid)
             if ctx.get(a.o.valid):
-                assert ctx.get(a.o.payload) == ctx.get(b.o.payload)
+                pa, pb = ctx.get(a.o.payload), ctx.get(b.o.payload)
+                assert (pa.a, pa.b) == (pb.a, pb.b)
             await ctx.tick()
 
     run_simulation(m, [tb])
+
+
+def test_register_slice_rejects_bad_urgent_fields():
+    layout = data.StructLayout({"a": 5, "b": 3})
+    with pytest.raises(ValueError, match="late_ready=True"):
+        RegisterSlice(layout, urgent=("a",))
+    with pytest.raises(ValueError, match=r"Urgent fields \['c'\] are not fields"):
+        RegisterSlice(layout, late_ready=True, urgent=("c",))
 
 
 def test_register_slice_rejects_an_empty_payload():

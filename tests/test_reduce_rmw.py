@@ -265,6 +265,57 @@ def test_same_word_run():
     assert wrote == [c + 9 for c in accepted]                     # a 3-cycle read
 
 
+def test_busy_write_port_admits_what_the_write_queue_holds():
+    """With the write port refusing for 40 cycles, the unit lets exactly as
+    many beats into the adders as its write queue holds (the adders'
+    capacity), and once the port takes again they leave one a cycle, in
+    order, each the beat's data (plain writes). A memory model answers a read a cycle after its request and
+    holds one answer."""
+    dut = ReduceOnWrite(addr_width=6, data_width=32)
+    limit = dut.adder_latency + 1
+    beats = [(k, 0x1000 + k) for k in range(12)]
+    log, consumed, written = [], [], []
+
+    async def memory(ctx):
+        answer = None
+        while True:
+            free = answer is None                                   # one answer held
+            ctx.set(dut.rd.req.ready, free)
+            ctx.set(dut.rd.rsp.valid, not free)
+            ctx.set(dut.rd.rsp.payload, answer or 0)
+            _, _, rv, addr, sv, sr = await ctx.tick().sample(
+                dut.rd.req.valid, dut.rd.req.payload, dut.rd.rsp.valid, dut.rd.rsp.ready)
+            if sv and sr:
+                answer = None
+            if rv and free:
+                answer = 0xAAAA0000 | addr
+
+    async def tb(ctx):
+        cycle, n = 0, 0
+        while len(written) < len(beats) and cycle < 200:
+            ctx.set(dut.wr.ready, cycle >= 40)
+            ctx.set(dut.i.valid, n < len(beats))
+            if n < len(beats):
+                addr, data = beats[n]
+                ctx.set(dut.i.payload, {"addr": addr, "data": data, "be": 0xF,
+                                        "op": ReduceOp.WRITE})
+            _, _, iv, ir, sv, sr, wv, wr, wa, wd = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.rd.rsp.valid, dut.rd.rsp.ready,
+                dut.wr.valid, dut.wr.ready, dut.wr.p.addr, dut.wr.p.data)
+            n += iv and ir
+            if sv and sr:
+                consumed.append(cycle)
+            if wv and wr:
+                written.append((cycle, wa, wd))
+            cycle += 1
+
+    run_simulation(dut, [tb], [memory], traces=())
+    assert len([c for c in consumed if c < 40]) == limit       # then it waits for room
+    assert [(a, d) for _, a, d in written] == beats             # in order, nothing lost
+    cycles = [c for c, _, _ in written]
+    assert cycles[:limit] == list(range(40, 40 + limit))        # the queued sums, one a cycle
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**16), dw=st.sampled_from([32, 64]),
        data=st.data())

@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
-from ..lib import Queue, RegisterSlice, RoundRobin
+from ..lib import Queue, RoundRobin
 
 __all__ = ["DescriptorFeeder"]
 
@@ -29,10 +29,12 @@ class DescriptorFeeder(wiring.Component):
     (:class:`hw.lib.RoundRobin`), and the pick is registered: in the next
     cycle its queue's head moves into the offer (so a channel is picked at
     most every second cycle, and the arbiter's decision reaches only the
-    pick register, never a queue or the offer). The offers go through a
-    :class:`hw.lib.RegisterSlice` (its output straight from flip-flops: the
-    DMA's slot choice starts from them); the DMA always has room for what is
-    offered and takes it at once. From queue to DMA: two cycles.
+    pick register, never a queue or the offer). The offer is one register
+    (its output straight from flip-flops: the DMA's slot choice starts from
+    them), loaded only while it is empty, so the DMA's ``ready`` reaches its
+    valid bit and the take counts, never a payload enable; the DMA always
+    has room for what is offered and takes it at once, so a descriptor
+    leaves at most every second cycle. From queue to DMA: two cycles.
 
     Per channel, the descriptors that left its queue are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
@@ -89,17 +91,18 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        # the offer: a two-register queue whose input side is ready from a
-        # register, so the DMA's (late) ready never reaches the arbiter or the
-        # queues
-        m.submodules.offer = offer = RegisterSlice(layout)
-        wiring.connect(m, offer.o, wiring.flipped(self.desc))
+        # the offer: one register, loaded only while empty, so its enable comes
+        # from flip-flops and the DMA's ready (which depends on the offered
+        # channel) reaches only the offer's valid bit and the take counts
+        offer_valid = Signal()
+        offer_p = Signal(layout)
+        m.d.comb += [self.desc.valid.eq(offer_valid), self.desc.payload.eq(offer_p)]
         # the registered pick: moved into the offer when it has room, replaced then
         # ``pick`` selects the payload; ``chosen`` is the same pick one-hot
         # (with ``picked``), so a channel's pop is one gate from flip-flops
         picked, pick, chosen = Signal(), Signal(range(max(2, C))), Signal(C)
         push = Signal()
-        m.d.comb += push.eq(picked & offer.i.ready & ~self.flush)
+        m.d.comb += push.eq(picked & ~offer_valid & ~self.flush)
         with m.If(self.flush):
             m.d.sync += [picked.eq(0), chosen.eq(0)]
         with m.Elif(~picked | push):
@@ -126,7 +129,7 @@ class DescriptorFeeder(wiring.Component):
             slots = Signal(range(3), name=f"slots{c}")            # free_slots, registered
             in_flight = Signal(range(4), name=f"in_flight{c}")    # offers, with the pop
             took = Signal(name=f"took{c}")                        # ... and the take
-            offered = Signal(range(3), name=f"offered{c}")        # in the offer queue
+            offered = Signal(range(3), name=f"offered{c}")        # in the offer
             m.d.comb += offered.eq(in_flight - took)
             m.d.sync += [slots.eq(self.free_slots[c]), in_flight.eq(offered + pop), took.eq(gone)]
             with m.If(self.flush):
@@ -142,7 +145,7 @@ class DescriptorFeeder(wiring.Component):
                 eligible[c].eq(q.r.valid & ((slots > in_flight) | st[c].error)
                                & ~chosen[c] & ~flushed),
                 arb.requests[c].eq(eligible[c] & ~self.flush),
-                pop.eq(chosen[c] & offer.i.ready & ~self.flush),
+                pop.eq(chosen[c] & ~offer_valid & ~self.flush),
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
@@ -153,10 +156,15 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
+        with m.If(push):
+            m.d.sync += offer_p.eq(Array(heads)[pick])
+        with m.If(self.flush):
+            m.d.sync += offer_valid.eq(0)
+        with m.Elif(push):
+            m.d.sync += offer_valid.eq(1)
+        with m.Elif(taken):
+            m.d.sync += offer_valid.eq(0)
         m.d.comb += [
-            offer.i.valid.eq(push),
-            offer.i.payload.eq(Array(heads)[pick]),
-            offer.flush.eq(self.flush),
             self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
             arb.advance.eq(~picked | push),
             self.drained.eq(empty.all() & ~held.any() & ~Cat(*[s.busy for s in st]).any()

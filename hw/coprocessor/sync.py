@@ -100,8 +100,13 @@ class SyncUnit(wiring.Component):
         m.d.comb += sem_taken.eq(wait_retires & (w.wait.count != 0))
 
         # semaphores: +1 per incoming signal (saturating), -count per retiring
-        # WAIT; both results are ready before the (late) retire decision picks one
+        # WAIT; both results are ready before the (late) retire decision picks one.
+        # A WAIT retires only in a cycle after it was checked at the head, so its
+        # count and semaphore are taken from registers loaded in every cycle: the
+        # decoded instruction does not reach the semaphores' adders.
         count = w.wait.count
+        held_count = Signal.like(count)
+        m.d.sync += held_count.eq(count)
         top = (1 << semaphore_shape().width) - 1
         m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
@@ -110,9 +115,9 @@ class SyncUnit(wiring.Component):
             # the WAIT checked val >= count, and val has not dropped since: no
             # borrow, and with count >= 1 no saturation either
             waited = Signal.like(val, name=f"waited{s}")
-            m.d.comb += waited.eq(val + inc - count)
+            m.d.comb += waited.eq(val + inc - held_count)
             here = Signal(name=f"wait_here{s}")
-            m.d.comb += here.eq((w.wait.sem == s) & (count != 0))
+            m.d.sync += here.eq((w.wait.sem == s) & (count != 0))
             with m.If(self.restart):
                 m.d.sync += val.eq(0)
             with m.Elif(wait_retires & here):

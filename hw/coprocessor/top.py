@@ -206,8 +206,10 @@ class Coprocessor(wiring.Component):
         m.submodules.fetch = fetch = Fetch(arch.imem_words, self._program)
         m.submodules.decode = decode = Decoder(arch)
         # a two-register queue: the sequencer's late ready reaches a few flip-flops,
-        # not the enables of the whole decoded instruction
-        m.submodules.decoded = decoded = RegisterSlice(Decoded(arch.imem_words), late_ready=True)
+        # not the enables of the whole decoded instruction; the flags the units
+        # decide with read their own copy of its pointer
+        m.submodules.decoded = decoded = RegisterSlice(
+            Decoded(arch.imem_words), late_ready=True, urgent=("cause", "unit", "op", "fence_all"))
         m.submodules.sequencer = seq = Sequencer(arch.imem_words)
         m.submodules.issue = issue = CopyIssue(arch)
         m.submodules.feeder = feeder = DescriptorFeeder(arch, depth=self._desc_depth)

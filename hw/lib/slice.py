@@ -36,13 +36,29 @@ class RegisterSlice(wiring.Component):
     (often late in the cycle) then reaches only the read pointer and the two
     valid bits, not the enables of every payload flip-flop; ``o.payload``
     pays one multiplexer level for it. The cycle behaviour is the same.
+    ``urgent`` (with ``late_ready``) names fields of a ``data`` layout
+    payload that the receiver decides with: their multiplexers read a copy
+    of the read pointer of their own (stored inverted, so synthesis keeps
+    both), so those fields wait on a flip-flop that drives a few selects,
+    not every payload bit's.
     """
 
-    def __init__(self, shape, *, late_ready=False):
+    def __init__(self, shape, *, late_ready=False, urgent=()):
         if Shape.cast(shape).width < 1:
             raise ValueError(f"Register slice payload must be at least 1 bit wide, not {shape!r}")
+        urgent = tuple(urgent)
+        if urgent:
+            if not late_ready:
+                raise ValueError("Urgent fields need late_ready=True (a skid slice's output "
+                                 "has no multiplexer)")
+            fields = dict(getattr(shape, "members", {}) or {})
+            unknown = [f for f in urgent if f not in fields]
+            if unknown:
+                raise ValueError(f"Urgent fields {unknown!r} are not fields of the payload "
+                                 f"layout (fields: {sorted(fields)})")
         self._shape = shape
         self._late_ready = bool(late_ready)
+        self._urgent = urgent
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -52,6 +68,8 @@ class RegisterSlice(wiring.Component):
     shape = property(lambda self: self._shape, doc="Payload shape.")
     late_ready = property(lambda self: self._late_ready,
                           doc="The entries are a two-register queue (see above).")
+    urgent = property(lambda self: self._urgent,
+                      doc="Fields read through their own copy of the read pointer.")
 
     def elaborate(self, platform):
         if self._late_ready:
@@ -79,10 +97,13 @@ class RegisterSlice(wiring.Component):
         entry = [Signal.like(self.i.payload, name=f"entry{k}") for k in range(2)]
         full = Signal(2)
         rd, wr = Signal(), Signal()      # the older entry; the register written next
+        rd_urgent_n = Signal(init=1)     # ~rd, for the urgent fields' multiplexers
         # i.ready and o.valid from registers; o.payload through one multiplexer
         m.d.comb += [self.i.ready.eq(~full.all()),
                      self.o.valid.eq(full.bit_select(rd, 1)),
                      self.o.payload.eq(Mux(rd, entry[1], entry[0]))]
+        for name in self._urgent:
+            m.d.comb += self.o.payload[name].eq(Mux(rd_urgent_n, entry[0][name], entry[1][name]))
         # the free register loads whether or not anything arrives: its enable
         # is a register's, never o.ready's
         for k in range(2):
@@ -93,7 +114,7 @@ class RegisterSlice(wiring.Component):
         with m.If(taken_in):
             m.d.sync += [full.bit_select(wr, 1).eq(1), wr.eq(~wr)]
         with m.If(taken_out):
-            m.d.sync += [full.bit_select(rd, 1).eq(0), rd.eq(~rd)]
+            m.d.sync += [full.bit_select(rd, 1).eq(0), rd.eq(~rd), rd_urgent_n.eq(rd)]
         with m.If(self.flush):
-            m.d.sync += [full.eq(0), rd.eq(0), wr.eq(0)]
+            m.d.sync += [full.eq(0), rd.eq(0), wr.eq(0), rd_urgent_n.eq(1)]
         return m

@@ -5,7 +5,7 @@ from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import check_bus_width
+from ..lib import Queue, check_bus_width
 from ..memory import BYTE_BITS, ReadPortSignature, WritePortSignature, lanes as byte_lanes
 from .fpadd import FpAdd
 from .inflight import InFlight
@@ -37,6 +37,13 @@ class _Side(data.StructLayout):
                           "op": ReduceOp, "old": data_width, "user": user_width})
 
 
+class _Summed(data.StructLayout):
+    """A word on its way to the write port: the sum merged into the old word."""
+    def __init__(self, addr_width, data_width, user_width):
+        super().__init__({"addr": addr_width, "data": data_width, "be": byte_lanes(data_width),
+                          "user": max(user_width, 1)})
+
+
 class ReduceOnWrite(wiring.Component):
     """Turns write beats into read-modify-writes of a memory's words.
 
@@ -51,7 +58,12 @@ class ReduceOnWrite(wiring.Component):
     Pipeline: the read is issued as the beat is accepted, and the beat waits
     in a queue of ``depth`` beats (:attr:`depth`) for its word; the queue's
     head then goes into one f32 and one bf16 adder running in lockstep (same
-    inputs and handshakes, so the same state), then to the write. With a
+    inputs, so the same state), then to the write. The adders never stall:
+    a beat enters them only while fewer than their capacity of admitted
+    beats are unwritten, and a sum the write port does not take at once
+    waits in a queue that can hold them all (an empty queue passes a sum
+    straight to ``wr``), so the write port's ``ready`` reaches that queue
+    and the hazard registers, never the adders' stage enables. With a
     memory that answers a cycle after a request, a beat accepted at one
     clock edge is offered on ``wr`` ``1 + adder latency`` (= 7,
     :attr:`latency`) cycles later; a memory that answers later adds its
@@ -64,8 +76,8 @@ class ReduceOnWrite(wiring.Component):
     writes: when one lands on its word (from the edge the beat is accepted
     on), the beat keeps that word and uses it instead of what its read
     returns, which may predate the write. The queue's head does not enter
-    the adders while a beat to its word is still inside them (including the
-    one being written). So the old word a beat adds to is a register or the
+    the adders while a beat to its word is still unwritten (inside them, in
+    the write queue, or being written). So the old word a beat adds to is a register or the
     memory's answer, one multiplexer from the adders' operand registers,
     whatever the memory's latency; a run of beats to one word costs
     :attr:`run_interval` (= 7) cycles per beat, and beats to other words are
@@ -151,23 +163,42 @@ class ReduceOnWrite(wiring.Component):
         # vector in the emitted Verilog, which Verilator's lint rejects
         m.submodules.add_bf16 = bf16 = FpAdd("bf16", W, user_shape=1)
 
-        # ---- the write stage: the adders' output, merged into the old word
+        # ---- the write stage. The adders never stall (their ``o.ready`` is
+        # constant, so no stage enable waits on the write port): a beat enters
+        # them only while fewer than ``LIMIT`` admitted beats are unwritten,
+        # and a sum the write port does not take at once waits in ``pending``,
+        # which holds them all. An empty queue passes the sum straight
+        # through, so the latency is the adders' alone.
+        limit = f32.capacity
         side = f32.o.p.user
-        out_valid = Signal()
         result = Signal(W)
         merged = Signal(W)
         m.d.comb += [
-            out_valid.eq(f32.o.valid & bf16.o.valid),
             result.eq(Mux(side.op == ReduceOp.ADD_F32, f32.o.p.sum,
                           Mux(side.op == ReduceOp.ADD_BF16, bf16.o.p.sum, side.data))),
             merged.eq(self._byte_merge(result, side.old, side.be)),
-            self.wr.valid.eq(out_valid),
-            self.wr.p.addr.eq(side.addr), self.wr.p.data.eq(merged), self.wr.p.be.eq(side.be),
-            self.wr_user.eq(side.user),
-            f32.o.ready.eq(out_valid & self.wr.ready),
-            bf16.o.ready.eq(out_valid & self.wr.ready),
+            f32.o.ready.eq(1), bf16.o.ready.eq(1),
+        ]
+        summed = _Summed(A, W, self._user_width)
+        sum_now = Signal(summed)
+        m.d.comb += [sum_now.addr.eq(side.addr), sum_now.data.eq(merged),
+                     sum_now.be.eq(side.be), sum_now.user.eq(side.user)]
+        m.submodules.pending = pending = Queue(summed, limit, buffered=False)
+        out = Signal(summed)
+        m.d.comb += [
+            out.eq(Mux(pending.r.valid, pending.r.payload, sum_now)),
+            self.wr.valid.eq(pending.r.valid | f32.o.valid),
+            self.wr.p.addr.eq(out.addr), self.wr.p.data.eq(out.data), self.wr.p.be.eq(out.be),
+            self.wr_user.eq(out.user),
+            pending.r.ready.eq(self.wr.ready),
+            pending.w.valid.eq(f32.o.valid & (pending.r.valid | ~self.wr.ready)),
+            pending.w.payload.eq(sum_now),
         ]
         written = self.wr.valid & self.wr.ready
+        # beats admitted and not yet written: the adders' and the queue's
+        unwritten = Signal(range(limit + 1))
+        room = Signal()
+        m.d.comb += room.eq(unwritten != limit)
 
         # ---- the queue of beats waiting for their words: a ring, so a beat
         # stays in its entry and taking the head moves only a pointer (the
@@ -203,16 +234,18 @@ class ReduceOnWrite(wiring.Component):
             m.d.sync += [head_at.eq(after(head_at)), next_at.eq(after(next_at))]
         for k in range(n):
             # each entry's word against the word being written, from registers
-            wrote_on = written & (entry[k].addr == side.addr)
+            wrote_on = written & (entry[k].addr == out.addr)
             with m.If(accept & (tail_at == k)):
                 m.d.sync += [entry[k].eq(self.i.p),
-                             dirty[k].eq(written & (self.i.p.addr == side.addr)),
-                             kept[k].eq(merged)]
+                             dirty[k].eq(written & (self.i.p.addr == out.addr)),
+                             kept[k].eq(out.data)]
             with m.Elif(wrote_on):
-                m.d.sync += [dirty[k].eq(1), kept[k].eq(merged)]
+                m.d.sync += [dirty[k].eq(1), kept[k].eq(out.data)]
 
-        # ---- the addresses inside the adders (the one being written included)
-        m.submodules.inflight = inflight = InFlight(f32.capacity, A)
+        m.d.sync += unwritten.eq(unwritten + consume - written)
+
+        # ---- the addresses of the unwritten beats (the one being written included)
+        m.submodules.inflight = inflight = InFlight(limit, A)
         head = Array(entry)[head_at]
         # the probe is the head's address, set as the head changes: to the
         # next entry or the beat arriving now (the ring compares a cycle early)
@@ -226,10 +259,10 @@ class ReduceOnWrite(wiring.Component):
 
         # ---- the head's old word: the last write to it, or the memory's answer
         old = Signal(W)
-        offered = Signal()                    # the head has its word and no hazard
+        offered = Signal()                    # the head has its word, no hazard, room
         m.d.comb += [
             old.eq(Mux(Array(dirty)[head_at], Array(kept)[head_at], self.rd.rsp.p)),
-            offered.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit),
+            offered.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit & room),
             consume.eq(offered & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
             f32.i.valid.eq(offered),
