@@ -76,10 +76,12 @@ class OutputPort(wiring.Component):
     """One crossbar output: round-robin arbitration among ``inputs`` streams
     into a registered output stage.
 
-    The output stage is a :class:`hw.lib.RegisterSlice` (a skid buffer): the
-    granted input is taken whenever its skid entry is free, so the output can
-    pass a message every cycle, and the receiver's ``ready`` reaches only the
-    slice. The arbiter (:class:`hw.lib.RoundRobin`) advances only when a
+    The output stage is a :class:`hw.lib.RegisterSlice` (a two-register
+    queue, ``late_ready``): the granted input is taken whenever an entry is
+    free, so the output can pass a message every cycle, and the receiver's
+    ``ready`` reaches only the slice's pointers and valid bits, never a
+    payload enable; the ``urgent`` fields read their own copy of its read
+    pointer. The arbiter (:class:`hw.lib.RoundRobin`) advances only when a
     message moves, so with ``k`` inputs offering continuously each gets
     every ``k``-th slot.
 
@@ -92,6 +94,9 @@ class OutputPort(wiring.Component):
     stamp : str or None
         A payload field that the port overwrites with the input's index (the
         request network's ``src``), or None.
+    urgent : tuple of str
+        Payload fields the receiver decides its ``ready`` with (see
+        :class:`hw.lib.RegisterSlice`).
 
     Interface attributes
     --------------------
@@ -102,12 +107,13 @@ class OutputPort(wiring.Component):
         A message is held on ``o`` or offered on some input.
     """
 
-    def __init__(self, shape, inputs, *, stamp=None):
+    def __init__(self, shape, inputs, *, stamp=None, urgent=()):
         if not isinstance(inputs, int) or isinstance(inputs, bool) or inputs < 1:
             raise ValueError(f"Input count must be a positive integer, not {inputs!r}")
         self._shape = shape
         self._inputs = inputs
         self._stamp = stamp
+        self._urgent = tuple(urgent)
         super().__init__({
             "i": In(stream.Signature(shape)).array(inputs),
             "o": Out(stream.Signature(shape)),
@@ -123,9 +129,9 @@ class OutputPort(wiring.Component):
         m = Module()
         n = self._inputs
         m.submodules.arbiter = rr = RoundRobin(n)
-        # a skid buffer: the receiver's ready (late: the device's memory grant)
-        # reaches only it, never the arbiter or the senders' queues
-        m.submodules.out = out = RegisterSlice(self._shape)
+        # the receiver's ready (late: the device's memory grant) reaches only the
+        # slice's pointers, never the arbiter, the senders' queues or a payload enable
+        m.submodules.out = out = RegisterSlice(self._shape, late_ready=True, urgent=self._urgent)
         wiring.connect(m, out.o, wiring.flipped(self.o))
         load = out.i.ready
         m.d.comb += [
@@ -247,7 +253,8 @@ class Interconnect(wiring.Component):
         busy = []
         for j in range(D):
             # requests: one queue per (source, destination) pair, no head-of-line blocking
-            m.submodules[f"req_port{j}"] = port = OutputPort(self._request, D, stamp="src")
+            port = OutputPort(self._request, D, stamp="src", urgent=("kind", "op"))
+            m.submodules[f"req_port{j}"] = port
             for i in range(D):
                 wiring.connect(m, wiring.flipped(self.req_in[i][j]), port.i[i])
             wiring.connect(m, port.o, wiring.flipped(self.req_out[j]))
