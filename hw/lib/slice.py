@@ -37,10 +37,10 @@ class RegisterSlice(wiring.Component):
     valid bits, not the enables of every payload flip-flop; ``o.payload``
     pays one multiplexer level for it. The cycle behaviour is the same.
     ``urgent`` (with ``late_ready``) names fields of a ``data`` layout
-    payload that the receiver decides with: their multiplexers read a copy
-    of the read pointer of their own (stored inverted, so synthesis keeps
-    both), so those fields wait on a flip-flop that drives a few selects,
-    not every payload bit's.
+    payload that the receiver decides with: their multiplexers, and
+    ``o.valid``'s, read a copy of the read pointer of their own (stored
+    inverted, so synthesis keeps both), so those fields wait on a
+    flip-flop that drives a few selects, not every payload bit's.
     """
 
     def __init__(self, shape, *, late_ready=False, urgent=()):
@@ -102,6 +102,8 @@ class RegisterSlice(wiring.Component):
         m.d.comb += [self.i.ready.eq(~full.all()),
                      self.o.valid.eq(full.bit_select(rd, 1)),
                      self.o.payload.eq(Mux(rd, entry[1], entry[0]))]
+        if self._urgent:                 # o.valid is as urgent as any field
+            m.d.comb += self.o.valid.eq(Mux(rd_urgent_n, full[0], full[1]))
         for name in self._urgent:
             m.d.comb += self.o.payload[name].eq(Mux(rd_urgent_n, entry[0][name], entry[1][name]))
         # the free register loads whether or not anything arrives: its enable
