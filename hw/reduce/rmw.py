@@ -77,8 +77,8 @@ class ReduceOnWrite(wiring.Component):
     on), the beat keeps that word and uses it instead of what its read
     returns, which may predate the write. The queue's head does not enter
     the adders while a beat to its word is still unwritten (inside them, in
-    the write queue, or being written). So the old word a beat adds to is a register or the
-    memory's answer, one multiplexer from the adders' operand registers,
+    the write queue, or being written). So the old word a beat adds to is a
+    register or the memory's answer, one multiplexer from the adders' operand registers,
     whatever the memory's latency; a run of beats to one word costs
     :attr:`run_interval` (= 7) cycles per beat, and beats to other words are
     not delayed.
@@ -165,10 +165,10 @@ class ReduceOnWrite(wiring.Component):
 
         # ---- the write stage. The adders never stall (their ``o.ready`` is
         # constant, so no stage enable waits on the write port): a beat enters
-        # them only while fewer than ``LIMIT`` admitted beats are unwritten,
-        # and a sum the write port does not take at once waits in ``pending``,
-        # which holds them all. An empty queue passes the sum straight
-        # through, so the latency is the adders' alone.
+        # them only while fewer than ``limit`` (their capacity) admitted beats
+        # are unwritten, and a sum the write port does not take at once waits
+        # in ``pending``, which holds them all. An empty queue passes the sum
+        # straight through, so the latency is the adders' alone.
         limit = f32.capacity
         side = f32.o.p.user
         result = Signal(W)
