@@ -272,7 +272,7 @@ def test_busy_write_port_admits_what_the_write_queue_holds():
     order, each the beat's data (plain writes). A memory model answers a read a cycle after its request and
     holds one answer."""
     dut = ReduceOnWrite(addr_width=6, data_width=32)
-    limit = dut.adder_latency + 1
+    limit = 7                    # the adders' capacity (docs/hw.md): 6 stages and a skid entry
     beats = [(k, 0x1000 + k) for k in range(12)]
     log, consumed, written = [], [], []
 

@@ -154,22 +154,16 @@ class ReduceOnWrite(wiring.Component):
                          old[k * BYTE_BITS:(k + 1) * BYTE_BITS])
                      for k in range(byte_lanes(self._data_width))])
 
-    def elaborate(self, platform):
-        m = Module()
-        A, W, n = self._addr_width, self._data_width, self._depth
-        side_layout = _Side(A, W, self._user_width)
-        m.submodules.add_f32 = f32 = FpAdd("f32", W, user_shape=side_layout)
-        # one user bit, unused: a zero-width payload field becomes a [-1:0]
-        # vector in the emitted Verilog, which Verilator's lint rejects
-        m.submodules.add_bf16 = bf16 = FpAdd("bf16", W, user_shape=1)
-
-        # ---- the write stage. The adders never stall (their ``o.ready`` is
-        # constant, so no stage enable waits on the write port): a beat enters
-        # them only while fewer than ``limit`` (their capacity) admitted beats
-        # are unwritten, and a sum the write port does not take at once waits
-        # in ``pending``, which holds them all. An empty queue passes the sum
-        # straight through, so the latency is the adders' alone.
-        limit = f32.capacity
+    def _write_stage(self, m, f32, bf16, limit):
+        """The adders' sums merged into their old words, to ``wr``: the word
+        offered (a :class:`_Summed`) is returned."""
+        A, W = self._addr_width, self._data_width
+        # The adders never stall (their ``o.ready`` is constant, so no stage
+        # enable waits on the write port): a beat enters them only while fewer
+        # than ``limit`` (their capacity) admitted beats are unwritten, and a
+        # sum the write port does not take at once waits in ``pending``, which
+        # holds them all. An empty queue passes the sum straight through, so
+        # the latency is the adders' alone.
         side = f32.o.p.user
         result = Signal(W)
         merged = Signal(W)
@@ -194,6 +188,20 @@ class ReduceOnWrite(wiring.Component):
             pending.w.valid.eq(f32.o.valid & (pending.r.valid | ~self.wr.ready)),
             pending.w.payload.eq(sum_now),
         ]
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        A, W, n = self._addr_width, self._data_width, self._depth
+        side_layout = _Side(A, W, self._user_width)
+        m.submodules.add_f32 = f32 = FpAdd("f32", W, user_shape=side_layout)
+        # one user bit, unused: a zero-width payload field becomes a [-1:0]
+        # vector in the emitted Verilog, which Verilator's lint rejects
+        m.submodules.add_bf16 = bf16 = FpAdd("bf16", W, user_shape=1)
+
+        # ---- the write stage (the adders never stall; see _write_stage)
+        limit = f32.capacity
+        out = self._write_stage(m, f32, bf16, limit)
         written = self.wr.valid & self.wr.ready
         # beats admitted and not yet written: the adders' and the queue's
         unwritten = Signal(range(limit + 1))
