@@ -403,6 +403,8 @@ def test_mmu_command_unit_sends_commands_and_checks_commit():
         ctx.set(dut.unfenced, 0)
         ctx.set(dut.insn.valid, 0)
         await stream_put(ctx, dut.insn, unit_insn_of(words[3]), rng=rng, idle_prob=0.3)
+        for _ in range(30):                       # the COMMIT leaves its register
+            await ctx.tick()
 
     async def mmu(ctx):
         while True:
@@ -424,9 +426,11 @@ def test_mmu_command_unit_sends_commands_and_checks_commit():
 
 
 def test_mmu_command_unit_commit_waits_for_an_idle_mmu():
-    """A COMMIT is sent only while ``mmu_idle`` (every earlier command has taken
-    effect: the commit bytes are read from the TLB in the cycle it is sent);
-    a REMAP does not wait for it."""
+    """A COMMIT is sent only while the command register is empty and
+    ``mmu_idle`` (every earlier command has taken effect: the commit bytes are
+    read from the TLB as the MMU places it); a REMAP does not wait for it.
+    A command leaves from the register in the cycle after it was taken, and
+    ``committed`` pulses as the MMU takes a COMMIT."""
     dut = MmuCommandUnit(ARCH)
     log = []
 
@@ -435,18 +439,21 @@ def test_mmu_command_unit_commit_waits_for_an_idle_mmu():
         ctx.set(dut.done, 0b111)
         ctx.set(dut.cmd.ready, 1)
         ctx.set(dut.mmu_idle, 0)
-        for word in (encode(Op.REMAP, ctx=1, staged=1), encode(Op.COMMIT, ctx=1)):
-            ctx.set(dut.insn.valid, 1)
-            ctx.set(dut.insn.p, unit_insn_of(word))
-            for cycle in range(4):
-                ctx.set(dut.mmu_idle, cycle == 3)
-                _, _, v, c, r = await ctx.tick().sample(dut.cmd.valid, dut.committed,
-                                                        dut.insn.ready)
-                log.append((v, c, r))
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, unit_insn_of(encode(Op.REMAP, ctx=1, staged=1)))
+        log.append(await ctx.tick().sample(dut.cmd.valid, dut.committed, dut.insn.ready))
+        ctx.set(dut.insn.p, unit_insn_of(encode(Op.COMMIT, ctx=1)))
+        for cycle in range(8):
+            ctx.set(dut.mmu_idle, cycle >= 3)
+            log.append(await ctx.tick().sample(dut.cmd.valid, dut.committed, dut.insn.ready))
+            if log[-1][-1]:
+                break
         ctx.set(dut.insn.valid, 0)
+        log.append(await ctx.tick().sample(dut.cmd.valid, dut.committed, dut.insn.ready))
 
     run_simulation(clocked(dut), [tb])
-    assert log == [(1, 0, 1)] * 4 + [(0, 0, 0)] * 3 + [(1, 1, 1)]
+    assert [tuple(x[2:]) for x in log] == [(0, 0, 1), (1, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 1),
+                                           (1, 1, 0)]
 
 # ------------------------------------------------------------------ counters
 def test_counters_count_bytes_per_channel_and_clear():

@@ -100,31 +100,39 @@ class Sequencer(wiring.Component):
         with m.Elif(insn.valid & insn.ready):
             m.d.sync += self.pc.eq(insn.p.pc + 1)
 
+        # a stop's payload is chosen by the registered flags (only the unit of the
+        # instruction at the head can ask), so the units' late valids reach only
+        # ``stop``
         stop = Signal()
         stop_req = Signal(StopRequest())
-        with m.If(insn.valid & ~legal & self.step):
-            m.d.comb += [stop.eq(1), stop_req.status.eq(StatusCode.ILLEGAL),
-                         stop_req.cause.eq(insn.p.cause)]
-        for req in (self.sync_stop, self.mmu_stop):
-            m.d.comb += req.ready.eq(1)
-            with m.If(req.valid):
-                m.d.comb += [stop.eq(1), stop_req.eq(req.p)]
+        m.d.comb += [stop.eq(insn.valid & ~legal & self.step
+                             | self.sync_stop.valid | self.mmu_stop.valid),
+                     self.sync_stop.ready.eq(1), self.mmu_stop.ready.eq(1)]
+        with m.If(~legal):
+            m.d.comb += [stop_req.status.eq(StatusCode.ILLEGAL), stop_req.cause.eq(insn.p.cause)]
+        with m.Elif(unit.mmu):
+            m.d.comb += stop_req.eq(self.mmu_stop.p)
+        with m.Else():
+            m.d.comb += stop_req.eq(self.sync_stop.p)
         m.d.comb += self.step_ack.eq(self.step_mode & ((insn.valid & insn.ready) | stop
                                                        | (self.blocked & self.step)))
         stopping, stopping_req = Signal(), Signal(StopRequest())
         m.d.sync += [stopping.eq(stop & self.run & ~stopping), stopping_req.eq(stop_req)]
 
         with m.FSM(name="seq"):
+            # ``clearing`` is a register of its own, high exactly in CLEAR: it
+            # reaches the feeder, the fault queue and the DMA straight from a
+            # flip-flop, not through the state's decoding
             with m.State("STOPPED"):
                 with m.If(self.start):
                     m.d.comb += self.restart.eq(1)
                     m.d.sync += [self.status.eq(StatusCode.RUNNING),
-                                 self.cause.eq(CauseCode.NONE)]
+                                 self.cause.eq(CauseCode.NONE), self.clearing.eq(1)]
                     m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.comb += self.clearing.eq(1)
                 with m.If(self.drained):
                     m.d.comb += self.begin.eq(1)
+                    m.d.sync += self.clearing.eq(0)
                     m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += self.run.eq(1)

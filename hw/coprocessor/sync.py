@@ -93,8 +93,11 @@ class SyncUnit(wiring.Component):
         satisfied = Signal()
         m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & op.wait & reached
                                  & ~self.restart)
+        # ``satisfied`` implies the WAIT is still at the head (it was offered and
+        # not taken, and a restart clears the check), so the retire needs no
+        # flag of the instruction: the semaphores never wait on the decoded word
         wait_retires = Signal()
-        m.d.comb += wait_retires.eq(self.insn.valid & op.wait & satisfied & step)
+        m.d.comb += wait_retires.eq(satisfied & step)
         # a WAIT that took from its semaphore (what verif's DMA monitor watches)
         sem_taken = Signal()
         m.d.comb += sem_taken.eq(wait_retires & (w.wait.count != 0))
@@ -132,12 +135,6 @@ class SyncUnit(wiring.Component):
         m.d.comb += fmask.eq(Mux(self.insn.p.fence_all, (1 << C) - 1, w.fence.mask[:C]))
         fence_cause = first_fault_cause(m, fmask, self.chan_status)
         all_cause = first_fault_cause(m, Const((1 << C) - 1, C), self.chan_status)
-        with m.If(self.restart):
-            m.d.sync += self.unfenced.eq(0)
-        with m.Elif(self.insn.valid & self.insn.ready & op.fence):
-            m.d.sync += self.unfenced.eq((self.unfenced | self.issued) & ~fmask)
-        with m.Else():
-            m.d.sync += self.unfenced.eq(self.unfenced | self.issued)
 
         m.d.comb += [self.sig.p.dev.eq(w.signal.dev), self.sig.p.sem.eq(w.signal.sem)]
         stop = self.stop.p
@@ -149,32 +146,34 @@ class SyncUnit(wiring.Component):
         waiting_fence = self.insn.valid & ~self.insn.ready & op.fence & fenced & ~self.restart
         m.d.sync += [fence_clear.eq(waiting_fence & ~fence_faulted),
                      fence_fault.eq(waiting_fence & fence_faulted)]
-        # the retire condition as one AND-OR of the opcode flags and conditions
-        m.d.comb += self.insn.ready.eq(self.insn.valid & step & (
-            op.fence & fence_clear | op.signal & self.sig.ready | op.wait & satisfied))
-        with m.If(self.insn.valid):
-            with m.If(op.fence):
-                with m.If(step & fence_fault):
-                    m.d.comb += [self.stop.valid.eq(1), stop.status.eq(StatusCode.FAULT),
-                                 stop.cause.eq(fence_cause)]
-            with m.Elif(op.signal):
-                m.d.comb += self.sig.valid.eq(step)
-            with m.Elif(op.wait):
-                with m.If(~satisfied):
-                    m.d.comb += self.blocked.eq(~reached)
-                    # quiesced implies blocked (see the class documentation), so
-                    # the stop does not wait for the semaphore comparison
-                    with m.If(self.quiesced):
-                        m.d.comb += [self.stop.valid.eq(1),
-                                     stop.status.eq(StatusCode.ABORTED),
-                                     stop.cause.eq(CauseCode.DEADLOCK)]
-            with m.Elif(op.halt):
-                with m.If(step & self.done.all()):
-                    m.d.comb += self.stop.valid.eq(1)
-                    with m.If(error.any()):
-                        m.d.comb += [stop.status.eq(StatusCode.FAULT),
-                                     stop.cause.eq(all_cause)]
-                    with m.Else():
-                        m.d.comb += [stop.status.eq(StatusCode.HALTED),
-                                     stop.cause.eq(CauseCode.NONE)]
+        with m.If(self.restart):
+            m.d.sync += self.unfenced.eq(0)
+        with m.Elif(fence_clear & step):                 # the FENCE retires
+            m.d.sync += self.unfenced.eq((self.unfenced | self.issued) & ~fmask)
+        with m.Else():
+            m.d.sync += self.unfenced.eq(self.unfenced | self.issued)
+        # the retire condition as one AND-OR; the registered checks imply their
+        # instruction is at the head, like ``satisfied``
+        m.d.comb += self.insn.ready.eq(step & (
+            fence_clear | satisfied | self.insn.valid & op.signal & self.sig.ready))
+        # a stop's payload from the opcode flags and the status, its valid apart:
+        # the late conditions reach one bit
+        v = self.insn.valid
+        with m.If(op.fence):
+            m.d.comb += [stop.status.eq(StatusCode.FAULT), stop.cause.eq(fence_cause)]
+        with m.Elif(op.wait):
+            m.d.comb += [stop.status.eq(StatusCode.ABORTED), stop.cause.eq(CauseCode.DEADLOCK)]
+        with m.Elif(error.any()):                   # a HALT with a faulted channel
+            m.d.comb += [stop.status.eq(StatusCode.FAULT), stop.cause.eq(all_cause)]
+        with m.Else():
+            m.d.comb += [stop.status.eq(StatusCode.HALTED), stop.cause.eq(CauseCode.NONE)]
+        # quiesced implies blocked (see the class documentation), so a WAIT's
+        # DEADLOCK stop does not wait for the semaphore comparison
+        m.d.comb += [
+            self.stop.valid.eq(v & (op.fence & step & fence_fault
+                                    | op.wait & ~satisfied & self.quiesced
+                                    | op.halt & step & self.done.all())),
+            self.sig.valid.eq(v & op.signal & step),
+            self.blocked.eq(v & op.wait & ~satisfied & ~reached),
+        ]
         return m

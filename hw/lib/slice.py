@@ -12,7 +12,8 @@ class RegisterSlice(wiring.Component):
     """A two-entry skid buffer: ``o`` is ``i`` one cycle later, at full rate.
 
     ``o.valid`` and ``o.payload`` come from registers, and so does
-    ``i.ready`` (high while the skid entry is empty), so neither the forward
+    ``i.ready`` (high while the skid entry is empty; a flip-flop of its own,
+    apart from the one selecting the payload), so neither the forward
     nor the backward path crosses it: a slice between two stages lets each be
     timed alone. An entry arriving while ``o`` is held goes to the skid
     register and leaves next, so no entry is lost or reordered and a stream
@@ -76,20 +77,25 @@ class RegisterSlice(wiring.Component):
             return self._elaborate_queue()
         m = Module()
         skid_valid = Signal()
+        # i.ready from a flip-flop of its own (~skid_valid, stored inverted so
+        # synthesis keeps both): skid_valid selects every payload bit, and the
+        # sender's decisions should not wait on a net that wide
+        skid_free = Signal(init=1)
         skid = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(~skid_valid)
+        m.d.comb += self.i.ready.eq(skid_free)
         taken_in = self.i.valid & self.i.ready
         out_free = ~self.o.valid | self.o.ready
         with m.If(out_free):
             # the skid entry (older) first, else the entry arriving now
             with m.If(skid_valid):
-                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
+                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0),
+                             skid_free.eq(1)]
             with m.Else():
                 m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(taken_in):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1), skid_free.eq(0)]
         with m.If(self.flush):
-            m.d.sync += [self.o.valid.eq(0), skid_valid.eq(0)]
+            m.d.sync += [self.o.valid.eq(0), skid_valid.eq(0), skid_free.eq(1)]
         return m
 
     def _elaborate_queue(self):
