@@ -44,9 +44,9 @@ is empty), and while it waits the match stage registers no new hit vector
 INVAL and COMMIT none. (The coprocessor sends a REMAP only while every DMA
 channel is done, so in a device a REMAP costs nothing.)
 
-Commands take effect two edges after they are accepted, and the next one is
-accepted at the edge where the previous one takes effect: one command every
-two cycles (:class:`CommandUnit`).
+Commands take effect three edges after they are accepted, and the next one
+is accepted at the edge where the previous one takes effect: one command
+every three cycles (:class:`CommandUnit`).
 """
 from __future__ import annotations
 
@@ -374,11 +374,14 @@ class CommandUnit(wiring.Component):
     """The TLB registers and the REMAP / INVAL / COMMIT engine.
 
     A command is accepted (``ACCEPT``, edge *t*), matched against the TLB
-    (``PLACE``: the same-key and free vectors are registered at edge *t+1*)
-    and executed (``EXECUTE``: the REMAP target chosen from those vectors and
-    the entries written at edge *t+2*, later for a REMAP while
-    ``fields_free`` is low). ``cmd.ready`` is high in ``ACCEPT`` and at the
-    executing edge, so back-to-back commands take two cycles each.
+    (``PLACE``: the same-key, free and same-context vectors and the
+    command's decoded op and page numbers are registered at edge *t+1*), a
+    REMAP's target is chosen from those vectors (``CHOOSE``, registered at
+    edge *t+2*) and the command executed (``EXECUTE``: the entries written
+    at edge *t+3*, later for a REMAP while ``fields_free`` is low), so the
+    entries' write enables and data start from flip-flops. ``cmd.ready`` is
+    high in ``ACCEPT`` and at the executing edge, so back-to-back commands
+    take three cycles each.
 
     Interface attributes
     --------------------
@@ -397,7 +400,7 @@ class CommandUnit(wiring.Component):
     commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``
         The command register's context, and a COMMIT is in ``PLACE``: the
         entries are then those it acts on (every earlier command has taken
-        effect, and it takes effect at the next edge but one).
+        effect, and it takes effect at the third edge from here).
     """
 
     def __init__(self, arch):
@@ -418,18 +421,33 @@ class CommandUnit(wiring.Component):
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
 
     def _place(self, m, c, vpn):
-        """At the PLACE edge, register the same-key entries and the free ones."""
+        """At the PLACE edge, register the same-key entries, the free ones and
+        the entries of the command's context (a COMMIT's)."""
         n = self._arch.tlb_entries
-        same, free = Signal(n), Signal(n)
+        same, free, owned = Signal(n), Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
-            # one compare of the whole key: a term shared with COMMIT's context match
-            # would be a net Verilator evaluates on every cycle, outside both states
             m.d.sync += [
                 same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
                            == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
                 free[k].eq(~e.valid),
+                owned[k].eq(e.valid & (e.ctx == c.ctx)),
             ]
-        return same, free
+        return same, free, owned
+
+    def _choose(self, m, same, free):
+        """At the CHOOSE edge, register a REMAP's target (one-hot): the
+        same-key entry, else the lowest free one, else the victim; and whether
+        it took an entry without evicting one."""
+        n = self._arch.tlb_entries
+        target, placed = Signal(n), Signal()
+        m.d.sync += placed.eq(same.any() | free.any())
+        with m.If(same.any()):
+            m.d.sync += target.eq(same & (~same + 1))
+        with m.Elif(free.any()):
+            m.d.sync += target.eq(free & (~free + 1))
+        with m.Else():
+            m.d.sync += target.eq(Const(1, n) << self.victim)
+        return target, placed
 
     def elaborate(self, platform):
         m = Module()
@@ -439,7 +457,10 @@ class CommandUnit(wiring.Component):
         mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
         m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
-        remap = c.op == MmuOp.REMAP
+        # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
+        # write enables and data then start from flip-flops
+        ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
+        key = Signal(data.StructLayout({"vpn": pn, "ppn": pn}))
         m.d.comb += self.commit_ctx.eq(c.ctx)
         with m.FSM(name="command"):
             with m.State("ACCEPT"):
@@ -449,12 +470,17 @@ class CommandUnit(wiring.Component):
                     m.next = "PLACE"
             with m.State("PLACE"):
                 m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
-                same, free = self._place(m, c, vpn)
+                same, free, owned = self._place(m, c, vpn)
+                m.d.sync += [ops.remap.eq(c.op == MmuOp.REMAP), ops.inval.eq(c.op == MmuOp.INVAL),
+                             ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
+                m.next = "CHOOSE"
+            with m.State("CHOOSE"):
+                target, placed = self._choose(m, same, free)
                 m.next = "EXECUTE"
             with m.State("EXECUTE"):
-                m.d.comb += self.fields_write.eq(remap)
-                with m.If(~remap | self.fields_free):
-                    self._execute(m, c, vpn, ppn, same, free)
+                m.d.comb += self.fields_write.eq(ops.remap)
+                with m.If(~ops.remap | self.fields_free):
+                    self._execute(m, c, key, ops, (same, owned, target, placed))
                     # the next command may be accepted at the same edge: its
                     # PLACE sees the entries this one leaves
                     m.d.comb += self.cmd.ready.eq(1)
@@ -465,38 +491,29 @@ class CommandUnit(wiring.Component):
                         m.next = "ACCEPT"
         return m
 
-    def _execute(self, m, c, vpn, ppn, same, free):
+    def _execute(self, m, c, key, ops, vectors):
         """At the EXECUTE edge. Only this unit writes the entries, so the
-        vectors registered at PLACE still describe them. A REMAP's target: the
-        same-key entry, else the lowest free one, else the victim."""
+        vectors registered at PLACE and CHOOSE still describe them."""
         n = self._arch.tlb_entries
-        placed, target = Signal(), Signal(n)
-        m.d.comb += placed.eq(same.any() | free.any())
-        with m.If(same.any()):
-            m.d.comb += target.eq(same & (~same + 1))
-        with m.Elif(free.any()):
-            m.d.comb += target.eq(free & (~free + 1))
-        with m.Else():
-            m.d.comb += target.eq(Const(1, n) << self.victim)
-        with m.Switch(c.op):
-            with m.Case(MmuOp.REMAP):
-                for k, e in enumerate(self.entries):
-                    with m.If(target[k]):
-                        m.d.sync += [
-                            e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
-                            e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
-                            e.vpn.eq(vpn), e.ppn.eq(ppn),
-                        ]
-                with m.If(~placed):
-                    m.d.sync += self.victim.eq(Mux(self.victim == n - 1, 0, self.victim + 1))
-            with m.Case(MmuOp.INVAL):
-                for k, e in enumerate(self.entries):
-                    with m.If(same[k]):
-                        m.d.sync += e.valid.eq(0)
-            with m.Case(MmuOp.COMMIT):
-                for e in self.entries:
-                    with m.If(e.valid & (e.ctx == c.ctx)):
-                        m.d.sync += [e.staged.eq(0), e.valid.eq(e.staged)]
+        same, owned, target, placed = vectors
+        with m.If(ops.remap):
+            for k, e in enumerate(self.entries):
+                with m.If(target[k]):
+                    m.d.sync += [
+                        e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
+                        e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
+                        e.vpn.eq(key.vpn), e.ppn.eq(key.ppn),
+                    ]
+            with m.If(~placed):
+                m.d.sync += self.victim.eq(Mux(self.victim == n - 1, 0, self.victim + 1))
+        with m.If(ops.inval):
+            for k, e in enumerate(self.entries):
+                with m.If(same[k]):
+                    m.d.sync += e.valid.eq(0)
+        with m.If(ops.commit):
+            for k, e in enumerate(self.entries):
+                with m.If(owned[k]):
+                    m.d.sync += [e.staged.eq(0), e.valid.eq(e.staged)]
 
 
 class MMU(wiring.Component):
@@ -524,9 +541,9 @@ class MMU(wiring.Component):
         NO_WRITE, REMOTE_READ (reads only), OUT_OF_RANGE), tag.
     cmd : ``In(stream.Signature(MmuCommand(arch)))``
         REMAP / INVAL / COMMIT. A command accepted at edge *t* takes effect
-        at edge *t+2* (a REMAP later if a hit vector waits for its fields
-        then); ``cmd.ready`` is low at edge *t+1* and high again at the
-        edge where it takes effect (one command per two cycles).
+        at edge *t+3* (a REMAP later if a hit vector waits for its fields
+        then); ``cmd.ready`` is low at edges *t+1* and *t+2* and high again
+        at the edge where it takes effect (one command per three cycles).
     idle : ``Out(1)``
         No command is pending (every accepted command has taken effect).
     commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``

@@ -364,7 +364,7 @@ def test_tlb_read_back_port():
 
 
 def test_back_to_back_commands():
-    """Commands offered back to back are accepted every second cycle (the next
+    """Commands offered back to back are accepted every third cycle (the next
     one at the edge where the previous one takes effect) and land as the model."""
     mmu = MMU(ARCH)
     model = TlbModel(ARCH)
@@ -385,7 +385,7 @@ def test_back_to_back_commands():
             model.apply(c)
         ctx.set(mmu.cmd.valid, 0)
         await ctx.tick().until(mmu.idle)
-        assert [b - a for a, b in zip(edges, edges[1:])] == [2] * (len(cmds) - 1)
+        assert [b - a for a, b in zip(edges, edges[1:])] == [3] * (len(cmds) - 1)
         assert rtl_tlb(ctx, mmu) == model.rtl_view()
 
     run_simulation(mmu, [tb])
