@@ -93,11 +93,7 @@ class BoardTop(wiring.Component):
         m.submodules.crc_slice = words = RegisterSlice(st.crc_words.p.shape())
         wiring.connect(m, st.crc_words, words.i)
         wiring.connect(m, words.o, crc.words)
-        # the line's characters reach the UART through a register (the character
-        # is chosen by the line's state, the UART's shift register loads it)
-        m.submodules.char_slice = chars = RegisterSlice(line.data.p.shape())
-        wiring.connect(m, line.data, chars.i)
-        wiring.connect(m, chars.o, uart.data)
+        wiring.connect(m, line.data, uart.data)     # the line's bytes leave from a register
         finished_prev = Signal()
         m.d.sync += finished_prev.eq(st.finished)
         # the system's done (every device's state and the crossbar's) registered

@@ -138,6 +138,7 @@ class SelfTest(wiring.Component):
         word = Signal(range(W + 1))
         lane = Signal(range(max(2, L)))
         ok = Signal(init=1)                           # every response OKAY, every STATUS HALTED
+        got = Signal(_LANE_BITS)                      # a device's CYCLES_LO, as read
         rom_bits = self._rom_lane(m, index)
         rom_word = Signal(32)                         # zero past the kept words
         m.d.sync += rom_word.eq(Mux(word >= self._kept_words, 0, rom_bits))
@@ -207,13 +208,16 @@ class SelfTest(wiring.Component):
             with m.State("CYCLES"):                   # the longest-running device's count
                 access(0, register("CYCLES_LO").offset)
                 with m.If(answered):
-                    with m.If(self.rsp.p.data > self.cycles):
-                        m.d.sync += self.cycles.eq(self.rsp.p.data)
-                    m.d.sync += dev.eq(dev + 1)
-                    m.next = "STATUS"
-                    with m.If(dev == D - 1):
-                        m.d.sync += dev.eq(0)
-                        m.next = "VERDICT"
+                    m.d.sync += got.eq(self.rsp.p.data)
+                    m.next = "LONGEST"
+            with m.State("LONGEST"):                  # compared from a register, a cycle later
+                with m.If(got > self.cycles):
+                    m.d.sync += self.cycles.eq(got)
+                m.d.sync += dev.eq(dev + 1)
+                m.next = "STATUS"
+                with m.If(dev == D - 1):
+                    m.d.sync += dev.eq(0)
+                    m.next = "VERDICT"
             with m.State("VERDICT"):
                 m.d.sync += [self.finished.eq(1),
                              self.passed.eq(ok & (self.crc == self._expected_crc))]

@@ -36,7 +36,8 @@ class VerdictLine(wiring.Component):
     busy : ``Out(1)``
         A line is being sent.
     data : ``Out(stream.Signature(8))``
-        The line's bytes, for a UART.
+        The line's bytes, for a UART, from a register (valid and byte), so a
+        UART can load them without a register slice in between.
     """
 
     def __init__(self):
@@ -53,6 +54,7 @@ class VerdictLine(wiring.Component):
         digit = Signal(range(10))
         power = Signal(range(_DIGITS))         # 10**power is being subtracted
         seen = Signal()                        # a non-zero digit was printed
+        fits, compared = Signal(), Signal()    # rem >= pow10, registered; it is current
         # 10**power, a register: the next one is looked up while this one is
         # subtracted, so the comparison and the subtraction start from flip-flops
         pow10, lower = Signal(COUNT_BITS), Signal(COUNT_BITS)
@@ -60,7 +62,17 @@ class VerdictLine(wiring.Component):
             for k in range(1, _DIGITS):
                 with m.Case(k):
                     m.d.comb += lower.eq(10 ** (k - 1))
-        sent = self.data.valid & self.data.ready
+        # the line's bytes leave from a register, loaded only while empty: the
+        # states decide from flip-flops, never from the receiver's ready (a
+        # byte every second cycle at most, far faster than any UART)
+        out_full = Signal()
+        emit = stream.Signature(_CHAR).create(path=("emit",))
+        m.d.comb += [emit.ready.eq(~out_full), self.data.valid.eq(out_full)]
+        sent = emit.valid & emit.ready
+        with m.If(sent):
+            m.d.sync += [out_full.eq(1), self.data.payload.eq(emit.payload)]
+        with m.Elif(self.data.ready):
+            m.d.sync += out_full.eq(0)
         with m.FSM(name="line") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -72,36 +84,40 @@ class VerdictLine(wiring.Component):
                 _literal(m, idx, "PASS", word)
                 with m.If(~passed):
                     _literal(m, idx, "FAIL", word)
-                self._emit_text(m, word, idx, 4, "CYCLES_TEXT", sent)
+                self._emit_text(m, word, idx, 4, "CYCLES_TEXT", sent, emit)
             with m.State("CYCLES_TEXT"):
                 ch = Signal(_CHAR)
                 _literal(m, idx, " cycles=", ch)
                 with m.If(sent & (idx == 7)):
                     m.d.sync += [power.eq(_DIGITS - 1), pow10.eq(10 ** (_DIGITS - 1)),
-                                 digit.eq(0), seen.eq(0)]
-                self._emit_text(m, ch, idx, 8, "DECIMAL", sent)
+                                 digit.eq(0), seen.eq(0), compared.eq(0)]
+                self._emit_text(m, ch, idx, 8, "DECIMAL", sent, emit)
             with m.State("DECIMAL"):
                 # subtract the current power of ten while it fits; then the
-                # count of subtractions is the digit
-                with m.If(rem >= pow10):
-                    m.d.sync += [rem.eq(rem - pow10), digit.eq(digit + 1)]
-                with m.Else():
+                # count of subtractions is the digit. The comparison is
+                # registered (``fits``, valid while ``compared``) and acted on in
+                # the next cycle, so its carry chain reaches one flip-flop, not
+                # the enables of the digit and the UART's character
+                m.d.sync += [fits.eq(rem >= pow10), compared.eq(1)]
+                with m.If(compared & fits):
+                    m.d.sync += [rem.eq(rem - pow10), digit.eq(digit + 1), compared.eq(0)]
+                with m.Elif(compared):
                     show = seen | (digit != 0) | (power == 0)
-                    m.d.comb += [self.data.valid.eq(show), self.data.payload.eq(ord("0") + digit)]
-                    with m.If(~show | self.data.ready):
+                    m.d.comb += [emit.valid.eq(show), emit.payload.eq(ord("0") + digit)]
+                    with m.If(~show | emit.ready):
                         m.d.sync += [digit.eq(0), seen.eq(show), power.eq(power - 1),
-                                     pow10.eq(lower)]
+                                     pow10.eq(lower), compared.eq(0)]
                         with m.If(power == 0):
                             m.d.sync += idx.eq(0)
                             m.next = "CRC_TEXT"
             with m.State("CRC_TEXT"):
                 ch = Signal(_CHAR)
                 _literal(m, idx, " crc=", ch)
-                self._emit_text(m, ch, idx, 5, "HEX", sent)
+                self._emit_text(m, ch, idx, 5, "HEX", sent, emit)
             with m.State("HEX"):
                 nib = crc[CRC_BITS - 4:]
-                m.d.comb += [self.data.valid.eq(1),
-                             self.data.payload.eq(Mux(nib < 10, ord("0") + nib, ord("a") - 10 + nib))]
+                m.d.comb += [emit.valid.eq(1),
+                             emit.payload.eq(Mux(nib < 10, ord("0") + nib, ord("a") - 10 + nib))]
                 with m.If(sent):
                     m.d.sync += [crc.eq(crc << 4), idx.eq(idx + 1)]
                     with m.If(idx == _HEX_DIGITS - 1):
@@ -110,13 +126,13 @@ class VerdictLine(wiring.Component):
             with m.State("END"):
                 ch = Signal(_CHAR)
                 _literal(m, idx, "\r\n", ch)
-                self._emit_text(m, ch, idx, 2, "IDLE", sent)
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+                self._emit_text(m, ch, idx, 2, "IDLE", sent, emit)
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | out_full)
         return m
 
-    def _emit_text(self, m, ch, idx, length, then, sent):
+    def _emit_text(self, m, ch, idx, length, then, sent, emit):
         """Send ``length`` bytes ``ch`` (indexed by ``idx``), then go to ``then``."""
-        m.d.comb += [self.data.valid.eq(1), self.data.payload.eq(ch)]
+        m.d.comb += [emit.valid.eq(1), emit.payload.eq(ch)]
         with m.If(sent):
             m.d.sync += idx.eq(idx + 1)
             with m.If(idx == length - 1):
