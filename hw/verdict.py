@@ -1,7 +1,7 @@
 """The self-test's verdict line: ``PASS cycles=9426 crc=1c291ca3\\r\\n`` as bytes."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,18 +14,22 @@ _DIGITS = len(str((1 << COUNT_BITS) - 1))
 _HEX_DIGITS = CRC_BITS // 4
 _CHAR = 8                     # ASCII
 
-
-def _literal(m, index, text, out):
-    """Drive ``out`` with ``text[index]`` (a byte ROM as a switch)."""
-    with m.Switch(index):
-        for i, ch in enumerate(text.encode()):
-            with m.Case(i):
-                m.d.comb += out.eq(ch)
+# the line as a template: "W" a letter of PASS / FAIL, "D" a decimal digit of
+# the count, "H" a hex digit of the CRC, anything else itself
+_TEMPLATE = "WWWW cycles=" + "D" * _DIGITS + " crc=" + "H" * _HEX_DIGITS + "\r\n"
 
 
 class VerdictLine(wiring.Component):
     """Formats a verdict into ASCII: ``PASS`` or ``FAIL``, ``cycles=`` in
     decimal (no leading zeros), ``crc=`` in 8 lower-case hex digits, CR LF.
+
+    The count is converted to decimal first (double dabble: one shift a
+    cycle, 32 cycles), then a position walks a fixed template of the line,
+    one position a cycle while the output register is empty: letters come
+    from a small ROM, decimal digits from the converted count's top digit
+    (leading zeros skipped, not sent), hex digits from the CRC's top
+    nibble. Every decision starts from flip-flops (the output register is
+    loaded only while empty, so the receiver's ready never reaches them).
 
     Interface attributes
     --------------------
@@ -48,93 +52,65 @@ class VerdictLine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         passed = Signal()
-        rem = Signal(COUNT_BITS)               # what is left of the count to print
+        binary = Signal(COUNT_BITS)            # shifted out into ``bcd``
+        bcd = Signal(4 * _DIGITS)              # the count in decimal, top digit first
         crc = Signal(CRC_BITS)                 # shifted out a hex digit at a time
-        idx = Signal(range(max(_HEX_DIGITS, len(" cycles="))))  # position in a literal or the hex
-        digit = Signal(range(10))
-        power = Signal(range(_DIGITS))         # 10**power is being subtracted
-        seen = Signal()                        # a non-zero digit was printed
-        fits, compared = Signal(), Signal()    # rem >= pow10, registered; it is current
-        # 10**power, a register: the next one is looked up while this one is
-        # subtracted, so the comparison and the subtraction start from flip-flops
-        pow10, lower = Signal(COUNT_BITS), Signal(COUNT_BITS)
-        with m.Switch(power):
-            for k in range(1, _DIGITS):
-                with m.Case(k):
-                    m.d.comb += lower.eq(10 ** (k - 1))
-        # the line's bytes leave from a register, loaded only while empty: the
-        # states decide from flip-flops, never from the receiver's ready (a
-        # byte every second cycle at most, far faster than any UART)
+        shifts = Signal(range(COUNT_BITS + 1))
+        pos = Signal(range(len(_TEMPLATE) + 1))
+        seen = Signal()                        # a non-zero digit was sent
         out_full = Signal()
-        emit = stream.Signature(_CHAR).create(path=("emit",))
-        m.d.comb += [emit.ready.eq(~out_full), self.data.valid.eq(out_full)]
-        sent = emit.valid & emit.ready
-        with m.If(sent):
-            m.d.sync += [out_full.eq(1), self.data.payload.eq(emit.payload)]
-        with m.Elif(self.data.ready):
+        m.d.comb += [self.data.valid.eq(out_full)]
+        with m.If(self.data.ready):
             m.d.sync += out_full.eq(0)
+
+        kind = {k: Signal(name=f"at_{k}") for k in "WDH"}   # what ``pos`` points at
+        for k, s in kind.items():
+            m.d.comb += s.eq(Cat(*[pos == i for i, ch in enumerate(_TEMPLATE) if ch == k]).any())
+        literal = Signal(_CHAR)
+        with m.Switch(pos):
+            for i, ch in enumerate(_TEMPLATE):
+                if ch not in "WDH":
+                    with m.Case(i):
+                        m.d.comb += literal.eq(ord(ch))
+        letter = Signal(_CHAR)
+        with m.Switch(pos):
+            for i in range(4):
+                with m.Case(i):
+                    m.d.comb += letter.eq(Mux(passed, ord("PASS"[i]), ord("FAIL"[i])))
+        top = bcd[-4:]
+        nib = crc[-4:]
+        last_digit = pos == _TEMPLATE.rindex("D")
+
         with m.FSM(name="line") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [passed.eq(self.passed), rem.eq(self.cycles), crc.eq(self.crc),
-                                 idx.eq(0)]
-                    m.next = "WORD"
-            with m.State("WORD"):
-                word = Signal(_CHAR)
-                _literal(m, idx, "PASS", word)
-                with m.If(~passed):
-                    _literal(m, idx, "FAIL", word)
-                self._emit_text(m, word, idx, 4, "CYCLES_TEXT", sent, emit)
-            with m.State("CYCLES_TEXT"):
-                ch = Signal(_CHAR)
-                _literal(m, idx, " cycles=", ch)
-                with m.If(sent & (idx == 7)):
-                    m.d.sync += [power.eq(_DIGITS - 1), pow10.eq(10 ** (_DIGITS - 1)),
-                                 digit.eq(0), seen.eq(0), compared.eq(0)]
-                self._emit_text(m, ch, idx, 8, "DECIMAL", sent, emit)
-            with m.State("DECIMAL"):
-                # subtract the current power of ten while it fits; then the
-                # count of subtractions is the digit. The comparison is
-                # registered (``fits``, valid while ``compared``) and acted on in
-                # the next cycle, so its carry chain reaches one flip-flop, not
-                # the enables of the digit and the UART's character
-                m.d.sync += [fits.eq(rem >= pow10), compared.eq(1)]
-                with m.If(compared & fits):
-                    m.d.sync += [rem.eq(rem - pow10), digit.eq(digit + 1), compared.eq(0)]
-                with m.Elif(compared):
-                    show = seen | (digit != 0) | (power == 0)
-                    m.d.comb += [emit.valid.eq(show), emit.payload.eq(ord("0") + digit)]
-                    with m.If(~show | emit.ready):
-                        m.d.sync += [digit.eq(0), seen.eq(show), power.eq(power - 1),
-                                     pow10.eq(lower), compared.eq(0)]
-                        with m.If(power == 0):
-                            m.d.sync += idx.eq(0)
-                            m.next = "CRC_TEXT"
-            with m.State("CRC_TEXT"):
-                ch = Signal(_CHAR)
-                _literal(m, idx, " crc=", ch)
-                self._emit_text(m, ch, idx, 5, "HEX", sent, emit)
-            with m.State("HEX"):
-                nib = crc[CRC_BITS - 4:]
-                m.d.comb += [emit.valid.eq(1),
-                             emit.payload.eq(Mux(nib < 10, ord("0") + nib, ord("a") - 10 + nib))]
-                with m.If(sent):
-                    m.d.sync += [crc.eq(crc << 4), idx.eq(idx + 1)]
-                    with m.If(idx == _HEX_DIGITS - 1):
-                        m.d.sync += idx.eq(0)
-                        m.next = "END"
-            with m.State("END"):
-                ch = Signal(_CHAR)
-                _literal(m, idx, "\r\n", ch)
-                self._emit_text(m, ch, idx, 2, "IDLE", sent, emit)
+                    m.d.sync += [passed.eq(self.passed), binary.eq(self.cycles), bcd.eq(0),
+                                 crc.eq(self.crc), shifts.eq(0), pos.eq(0), seen.eq(0)]
+                    m.next = "CONVERT"
+            with m.State("CONVERT"):
+                # double dabble: each digit of 5 or more gets 3 added, then the
+                # whole shifts left by one bit
+                adjusted = Cat(*[Mux(bcd[4 * d:4 * d + 4] >= 5, bcd[4 * d:4 * d + 4] + 3,
+                                     bcd[4 * d:4 * d + 4])[:4] for d in range(_DIGITS)])
+                m.d.sync += [Cat(binary, bcd).eq(Cat(binary, adjusted) << 1),
+                             shifts.eq(shifts + 1)]
+                with m.If(shifts == COUNT_BITS - 1):
+                    m.next = "SEND"
+            with m.State("SEND"):
+                with m.If(~out_full):
+                    skip = kind["D"] & ~seen & (top == 0) & ~last_digit
+                    char = Mux(kind["W"], letter,
+                               Mux(kind["D"], ord("0") + top,
+                                   Mux(kind["H"], Mux(nib < 10, ord("0") + nib,
+                                                      ord("a") - 10 + nib),
+                                       literal)))
+                    m.d.sync += [out_full.eq(~skip), self.data.payload.eq(char),
+                                 pos.eq(pos + 1)]
+                    with m.If(kind["D"]):
+                        m.d.sync += [bcd.eq(bcd << 4), seen.eq(seen | (top != 0))]
+                    with m.If(kind["H"]):
+                        m.d.sync += crc.eq(crc << 4)
+                    with m.If(pos == len(_TEMPLATE) - 1):
+                        m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | out_full)
         return m
-
-    def _emit_text(self, m, ch, idx, length, then, sent, emit):
-        """Send ``length`` bytes ``ch`` (indexed by ``idx``), then go to ``then``."""
-        m.d.comb += [emit.valid.eq(1), emit.payload.eq(ch)]
-        with m.If(sent):
-            m.d.sync += idx.eq(idx + 1)
-            with m.If(idx == length - 1):
-                m.d.sync += idx.eq(0)
-                m.next = then

@@ -156,14 +156,18 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        with m.If(push):
+        # the offer's payload loads in every cycle it is empty (what it loads
+        # without a push is never offered): its ~400 enables come straight from
+        # a flip-flop of their own (~offer_valid, stored apart), not from ``push``
+        offer_free = Signal(init=1)
+        with m.If(offer_free):
             m.d.sync += offer_p.eq(Array(heads)[pick])
         with m.If(self.flush):
-            m.d.sync += offer_valid.eq(0)
+            m.d.sync += [offer_valid.eq(0), offer_free.eq(1)]
         with m.Elif(push):
-            m.d.sync += offer_valid.eq(1)
+            m.d.sync += [offer_valid.eq(1), offer_free.eq(0)]
         with m.Elif(taken):
-            m.d.sync += offer_valid.eq(0)
+            m.d.sync += [offer_valid.eq(0), offer_free.eq(1)]
         m.d.comb += [
             self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
             arb.advance.eq(~picked | push),
