@@ -17,6 +17,7 @@ from fpref import QNAN, WIDTH, check_sums as check, edge_values
 from gen.simkit import run_simulation, stream_get, stream_monitor, stream_put
 from hw.reduce import FORMATS, FpAdd
 from hw.reduce.addsub import AddSub
+from hw.reduce.count import Count
 from hw.reduce.align import Align
 from hw.reduce.normalize import Normalize, leading_zeros
 from hw.reduce.order import Order
@@ -77,7 +78,8 @@ def test_bad_data_width(fmt, width):
                                              ("bf16", 64, 4), ("bf16", 256, 16)])
 def test_properties(fmt, width, lanes):
     dut = FpAdd(fmt, width)
-    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 6)
+    assert (dut.fmt, dut.data_width, dut.lanes, dut.latency) == (fmt, width, lanes, 7)
+    assert dut.capacity == 8                     # 7 stages and the operand skid entry
     assert dut.element_width == WIDTH[fmt]
     assert dut.quiet_nan == QNAN[fmt] == FORMATS[fmt].quiet_nan
 
@@ -221,9 +223,11 @@ def test_latency_and_throughput(fmt):
     assert accepted[:12] == list(range(12))                     # one word a cycle
     assert offered[:12] == [c + dut.latency for c in accepted[:12]]
     assert [c for c in accepted if 15 <= c < 20] == [15]        # full: the skid entry, then stops
-    assert [c for c in accepted if 30 <= c < 40] == list(range(30, 37))    # fills, holds
-    # stalls and gap: 17 cycles lost (the registered i.ready rises a cycle after o.ready)
-    assert accepted[-1] == n + 5 + 8 + 4 - 1
+    assert [c for c in accepted if 30 <= c < 40] == list(range(30, 30 + dut.capacity))  # fills
+    # lost: the first stall's 5 (4 after its skid entry, and one more: the
+    # registered i.ready rises a cycle after o.ready), the 8-cycle gap, and
+    # the second stall's 10 less the capacity it filled, plus that one: 16
+    assert accepted[-1] == n - 1 + 5 + 8 + (10 - dut.capacity + 1)
     w = WIDTH[fmt]
     lanes = 64 // w
     got = [s >> (k * w) & ((1 << w) - 1) for s in taken for k in range(lanes)]
@@ -233,7 +237,7 @@ def test_latency_and_throughput(fmt):
 
 
 # ------------------------------------------------------------------ stages
-@pytest.mark.parametrize("stage", [Order, Align, AddSub, Normalize, RoundPack])
+@pytest.mark.parametrize("stage", [Order, Align, AddSub, Count, Normalize, RoundPack])
 def test_stage_stream_contract(stage):
     """Each stage alone, fed random payloads under random idle cycles and
     back-pressure: every payload leaves once, in order (the side-band
@@ -261,7 +265,7 @@ def test_stage_stream_contract(stage):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 11, 27])
 def test_leading_zeros_counts_against_bit_length(n):
-    """AddSub's leading-zero tree: every value of up to 11 bits, random
+    """Count's leading-zero tree: every value of up to 11 bits, random
     values (of every magnitude) above; all zeros counts ``n``."""
     m = Module()
     value = Signal(n)

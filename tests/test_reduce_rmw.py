@@ -191,8 +191,8 @@ def test_bad_arguments(kw, msg):
 
 def test_properties():
     dut = ReduceOnWrite(addr_width=10, data_width=128)
-    assert (dut.addr_width, dut.data_width, dut.latency, dut.adder_latency) == (10, 128, 7, 6)
-    assert (dut.depth, dut.run_interval) == (4, 7)
+    assert (dut.addr_width, dut.data_width, dut.latency, dut.adder_latency) == (10, 128, 9, 7)
+    assert (dut.depth, dut.run_interval) == (4, 8)
     with pytest.raises(ValueError, match="Queue depth must be a positive integer, not 0"):
         ReduceOnWrite(addr_width=4, data_width=32, depth=0)
 
@@ -251,18 +251,18 @@ def test_same_word_run():
     dut = ReduceOnWrite(addr_width=4, data_width=dw)
     assert set(np.diff(wrote).tolist()) == {dut.run_interval}     # one sum per run interval
     # the plain memory holds one answer: the second beat waits with its word
-    # read, the third until the head leaves
-    assert accepted[1] == accepted[0] + 1
-    assert set(np.diff(accepted[2:]).tolist()) == {dut.run_interval}
+    # read, the next two in the input slice, the fifth until the head leaves
+    assert accepted[:4] == list(range(accepted[0], accepted[0] + 4))
+    assert set(np.diff(accepted[4:]).tolist()) == {dut.run_interval}
 
     beats = [(k % (WORDS - GUARD), f32_bits(float(k)), 0xF, ReduceOp.ADD_F32)
              for k in range(WORDS - GUARD)]
     accepted, wrote, _ = check(dw, [0] * WORDS, beats)
     assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
-    assert wrote == [c + 7 for c in accepted]                     # the read, then 6 adder stages
+    assert wrote == [c + 9 for c in accepted]         # the input slice, the read, 7 adder stages
     accepted, wrote, _ = check(dw, [0] * WORDS, beats, registered=True)
     assert accepted == list(range(accepted[0], accepted[0] + len(beats)))
-    assert wrote == [c + 9 for c in accepted]                     # a 3-cycle read
+    assert wrote == [c + 11 for c in accepted]                    # a 3-cycle read
 
 
 def test_busy_write_port_admits_what_the_write_queue_holds():
@@ -272,7 +272,7 @@ def test_busy_write_port_admits_what_the_write_queue_holds():
     order, each the beat's data (plain writes). A memory model answers a read a cycle after its request and
     holds one answer."""
     dut = ReduceOnWrite(addr_width=6, data_width=32)
-    limit = 7                    # the adders' capacity (docs/hw.md): 6 stages and a skid entry
+    limit = 8                    # the adders' capacity (docs/hw.md): 7 stages and a skid entry
     beats = [(k, 0x1000 + k) for k in range(12)]
     log, consumed, written = [], [], []
 
@@ -333,14 +333,17 @@ def test_hypothesis_beats(seed, dw, data):
 
 
 # ------------------------------------------------------------------ the in-flight ring
-@pytest.mark.parametrize("depth", [1, 3, 4])
-def test_inflight_ring(depth):
+@pytest.mark.parametrize("depth,push_probe", [(1, False), (3, False), (4, False),
+                                              (1, True), (4, True)])
+def test_inflight_ring(depth, push_probe):
     """Random pushes and pops (never past full or empty, pushes and pops in
     one cycle included) against a deque; ``hit`` for a probe loaded at
     random edges (with pushes and pops at the same edge), with and without
-    the oldest entry skipped."""
+    the oldest entry skipped. With ``push_probe`` a push adds the probe
+    held in that cycle (``push_addr`` is random and ignored)."""
     from collections import deque
-    dut = InFlight(depth, 3)
+    dut = InFlight(depth, 3, push_probe=push_probe)
+    assert dut.push_probe == push_probe
     rng = random.Random(depth)
     errors = []
 
@@ -364,12 +367,35 @@ def test_inflight_ring(depth):
             if pop:
                 held.popleft()
             if push:
-                held.append(addr)
+                held.append(held_probe if push_probe else addr)
             if load:
                 held_probe = probe
 
     run_simulation(dut, [tb])
     assert not errors, errors[:5]
+
+
+def test_input_slice_takes_two_beats_while_reads_wait():
+    """Beats arrive through a register slice: with the memory refusing every
+    read, the unit takes exactly two beats (the slice's entries) and then
+    holds ``i.ready`` low; ``i.ready`` rises again a cycle after the first
+    read is taken (a register's, not the read port's ready)."""
+    dut = ReduceOnWrite(addr_width=6, data_width=32)
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(dut.wr.ready, 1)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, {"addr": 1, "data": 0, "be": 0xF, "op": ReduceOp.WRITE})
+        for cycle in range(8):
+            ctx.set(dut.rd.req.ready, cycle >= 5)
+            _, _, ir, rv, rr = await ctx.tick().sample(dut.i.ready, dut.rd.req.valid,
+                                                       dut.rd.req.ready)
+            seen.append((ir, rv and rr))
+
+    run_simulation(dut, [tb], traces=())
+    assert [ir for ir, _ in seen] == [1, 1, 0, 0, 0, 0, 1, 1]
+    assert [rd for _, rd in seen] == [0, 0, 0, 0, 0, 1, 1, 1]
 
 
 def test_inflight_bad_depth():

@@ -2,7 +2,7 @@
 
 * :mod:`.fpadd`: :class:`FpAdd`, a pipelined f32 / bf16 lane adder, built
   from the stages :mod:`.order`, :mod:`.align`, :mod:`.addsub`,
-  :mod:`.normalize` and :mod:`.roundpack`;
+  :mod:`.count`, :mod:`.normalize` and :mod:`.roundpack`;
 * :mod:`.rmw`: :class:`ReduceOnWrite`, which turns a stream of write beats
   into read-add-write on a memory's ports, with same-word hazards forwarded
   (:mod:`.inflight` tracks the words inside the adders).

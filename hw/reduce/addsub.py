@@ -4,8 +4,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Mux, Signal
 
 from .common import LaneStage
-from .layouts import GUARD_BITS, AlignedLane, Lanes, SumLane, ext_bits
-from .normalize import leading_zeros
+from .layouts import GUARD_BITS, AddedLane, AlignedLane, Lanes, ext_bits
 
 __all__ = ["AddSub"]
 
@@ -16,13 +15,15 @@ class AddSub(LaneStage):
     is exact except for the sticky bit, which keeps rounding correct. An
     exact zero from operands of different signs is +0 (round to nearest
     even), from operands of one sign it keeps that sign (-0 + -0 = -0).
-    It also counts how far :class:`~.normalize.Normalize` shifts the sum
-    left (``left``). One register; parameters as :class:`~.common.LaneStage`.
+    Beside the adder it decodes ``floor`` from the exponent, for the next
+    stage, :class:`~.count.Count`, which counts the sum's leading zeros (a
+    carry chain and a count tree in a row do not fit one cycle). One
+    register; parameters as :class:`~.common.LaneStage`.
 
     Interface attributes
     --------------------
     i : ``In(stream.Signature(Lanes(AlignedLane(fmt), lanes, user_shape)))``
-    o : ``Out(stream.Signature(Lanes(SumLane(fmt), lanes, user_shape)))``
+    o : ``Out(stream.Signature(Lanes(AddedLane(fmt), lanes, user_shape)))``
     """
 
     @staticmethod
@@ -31,7 +32,7 @@ class AddSub(LaneStage):
 
     @staticmethod
     def out_layout(fmt, lanes, user_shape):
-        return Lanes(SumLane(fmt), lanes, user_shape)
+        return Lanes(AddedLane(fmt), lanes, user_shape)
 
     def compute(self, m, p):
         W = ext_bits(self._fmt)
@@ -41,16 +42,12 @@ class AddSub(LaneStage):
             big = Cat(Const(0, GUARD_BITS), a.big)
             total = Signal(W + 1, name=f"total{k}")
             m.d.comb += total.eq(Mux(a.sub, big - a.small, big + a.small))
-            # Normalize's left shift, counted here (the adder's carry chain is
-            # short) so that stage only shifts: the leading zeros of the sum
-            # with a one forced at bit W - exp, which caps the count at
-            # exp - 1 (the exponent steps down to 1 at most) without a compare
-            # (a one-hot decode of exp, written as a shift: one operation for the
-            # Python simulator, not W compares)
+            # a one-hot decode of exp, written as a shift: one operation for
+            # the Python simulator, not W compares
             floor = (Const(1 << W, W + 1) >> a.exp)[:W]
-            left = leading_zeros(m, total[:W] | floor, f"left{k}")
             out += [
                 o.sum.eq(total), o.exp.eq(a.exp), o.nan.eq(a.nan), o.inf.eq(a.inf),
-                o.sign.eq(a.sign & ~(a.sub & (big == a.small))), o.left.eq(left),
+                o.floor.eq(floor),
+                o.sign.eq(a.sign & ~(a.sub & (big == a.small))),
             ]
         return out

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .addsub import AddSub
 from .align import Align
+from .count import Count
 from ..lib import RegisterSlice
 from .common import check_format, check_lane_width
 from .layouts import AddOperands, AddResult
@@ -21,22 +22,23 @@ class FpAdd(wiring.Component):
     """Adds two words lane by lane: ``sum[k] = a[k] + b[k]`` for each of the
     ``data_width // element bits`` elements, in IEEE 754 binary arithmetic.
 
-    Six register stages joined by streams: the operand register, a
+    Seven register stages joined by streams: the operand register, a
     :class:`hw.lib.RegisterSlice` (so whatever chooses the operands, a
     memory's output among them, does not share a cycle with the adder, and
     ``i.ready`` comes from a register, not from ``o.ready`` through every
     stage),
     :class:`~.order.Order` (unpack, order by magnitude),
     :class:`~.align.Align` (shift the smaller), :class:`~.addsub.AddSub`
-    (add or subtract significands), :class:`~.normalize.Normalize` and
+    (add or subtract significands), :class:`~.count.Count` (the sum's
+    leading zeros), :class:`~.normalize.Normalize` and
     :class:`~.roundpack.RoundPack` (round to nearest even, pack).
 
     * **Throughput**: one word a cycle; each stage loads while it is empty or
       its payload is being taken, so under back-pressure nothing is dropped or
       repeated, and bubbles close up.
-    * **Latency**: :attr:`latency` = 6 cycles from the clock edge that accepts
+    * **Latency**: :attr:`latency` = 7 cycles from the clock edge that accepts
       a word on ``i`` to its sum offered on ``o`` (when ``o`` is not stalled).
-      The pipeline holds at most :attr:`capacity` = 7 words (the operand
+      The pipeline holds at most :attr:`capacity` = 8 words (the operand
       register's skid entry takes one more while ``o`` is stalled).
     * **Rounding**: round to nearest, ties to even; subnormal inputs and
       outputs are exact IEEE (no flush to zero); an overflow rounds to an
@@ -70,8 +72,8 @@ class FpAdd(wiring.Component):
     """
 
     #: Register stages from ``i`` to ``o``: operands, order, align, add,
-    #: normalize, round.
-    STAGES = 6
+    #: count, normalize, round.
+    STAGES = 7
 
     def __init__(self, fmt, data_width, *, user_shape=0):
         f = check_format(fmt)
@@ -101,7 +103,7 @@ class FpAdd(wiring.Component):
         m = Module()
         f, n, user = self._fmt, self._lanes, self._user_shape
         stages = [Order(f, n, user), Align(f, n, user), AddSub(f, n, user),
-                  Normalize(f, n, user), RoundPack(f, n, user)]
+                  Count(f, n, user), Normalize(f, n, user), RoundPack(f, n, user)]
         for stage in stages:
             m.submodules[type(stage).__name__.lower()] = stage
         m.submodules.operands = operands = RegisterSlice(AddOperands(f, n, user))

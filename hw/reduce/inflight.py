@@ -26,11 +26,18 @@ class InFlight(wiring.Component):
     arrive late, only choosing among them). So ``hit`` is a few gates from
     flip-flops, not an address comparator deep.
 
+    With ``push_probe=True`` a push adds the held probe itself and
+    ``push_addr`` is unused: for a caller whose probe is always the next
+    address it pushes (the head of its queue), so the pushed address comes
+    from this ring's own register, not through the caller's multiplexers.
+
     Parameters
     ----------
     depth : int
         The most beats in flight (the pipeline's capacity).
     addr_width : int
+    push_probe : bool
+        Push the probe instead of ``push_addr`` (default False).
 
     Interface attributes
     --------------------
@@ -45,15 +52,17 @@ class InFlight(wiring.Component):
     hit : ``Out(1)``
     """
 
-    def __init__(self, depth, addr_width):
+    def __init__(self, depth, addr_width, *, push_probe=False):
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError(f"Depth must be a positive integer, not {depth!r}")
         self._depth = depth
+        self._push_probe = bool(push_probe)
         super().__init__({"push": In(1), "push_addr": In(addr_width), "pop": In(1),
                           "load": In(1), "load_addr": In(addr_width),
                           "skip_oldest": In(1), "probe": Out(addr_width), "hit": Out(1)})
 
     depth = property(lambda self: self._depth, doc="Number of entries.")
+    push_probe = property(lambda self: self._push_probe, doc="A push adds the probe.")
 
     def elaborate(self, platform):
         m = Module()
@@ -74,10 +83,11 @@ class InFlight(wiring.Component):
             m.d.sync += self.probe.eq(self.load_addr)
         # next cycle's match bits: all four (entry, probe) pairings compared
         # from registers and load_addr; push and load only select
-        pushed_new = Signal()                # push_addr == load_addr
-        pushed_held = Signal()               # push_addr == probe
-        m.d.comb += [pushed_new.eq(self.push_addr == self.load_addr),
-                     pushed_held.eq(self.push_addr == self.probe)]
+        pushed = self.probe if self._push_probe else self.push_addr
+        pushed_new = Signal()                # pushed == load_addr
+        pushed_held = Signal()               # pushed == probe
+        m.d.comb += [pushed_new.eq(pushed == self.load_addr),
+                     pushed_held.eq(1 if self._push_probe else pushed == self.probe)]
         for k in range(n):
             kept_new = Signal(name=f"kept_new{k}")                 # addr[k] == load_addr
             m.d.comb += kept_new.eq(addr[k] == self.load_addr)
@@ -93,5 +103,5 @@ class InFlight(wiring.Component):
             m.d.sync += tail.eq(step(tail))
             for k in range(n):
                 with m.If(tail == k):
-                    m.d.sync += [valid[k].eq(1), addr[k].eq(self.push_addr)]
+                    m.d.sync += [valid[k].eq(1), addr[k].eq(pushed)]
         return m

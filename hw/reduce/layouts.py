@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from amaranth.lib import data
 
-__all__ = ["GUARD_BITS", "AddOperands", "AddResult", "OrderedLane", "AlignedLane", "SumLane",
-           "NormLane", "Lanes"]
+__all__ = ["GUARD_BITS", "AddOperands", "AddResult", "OrderedLane", "AlignedLane", "AddedLane",
+           "SumLane", "NormLane", "Lanes"]
 
 #: Bits kept below a significand's last place while aligning and adding:
 #: guard, round and sticky, enough for round-to-nearest-even of a sum.
@@ -62,12 +62,24 @@ class AlignedLane(data.StructLayout):
         })
 
 
-class SumLane(data.StructLayout):
+class AddedLane(data.StructLayout):
     """One lane after the addition: the exact-or-sticky sum ``sum`` (one
     carry bit above the aligned width), the exponent of its hidden-one
     position ``exp``, the result's ``sign``, the special flags, and
-    ``left``: how far normalization shifts ``sum`` left when it has no
-    carry (its leading zeros, but never below the smallest exponent)."""
+    ``floor``: a one at the place normalization may not shift the sum's
+    leading one past (``ext_bits - exp``: the exponent steps down to 1 at
+    most), none when ``exp`` leaves room for any shift."""
+    def __init__(self, fmt):
+        super().__init__({
+            "sign": 1, "exp": fmt.exp_bits, "nan": 1, "inf": 1, "sum": ext_bits(fmt) + 1,
+            "floor": ext_bits(fmt),
+        })
+
+
+class SumLane(data.StructLayout):
+    """An :class:`AddedLane` and ``left``: how far normalization shifts
+    ``sum`` left when it has no carry (its leading zeros, but never below
+    the smallest exponent)."""
     def __init__(self, fmt):
         super().__init__({
             "sign": 1, "exp": fmt.exp_bits, "nan": 1, "inf": 1,

@@ -1,4 +1,4 @@
-"""Adder stage 4: normalize the sum."""
+"""Adder stage 5: normalize the sum."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Mux, Signal
@@ -43,7 +43,7 @@ def leading_zeros(m, value, name):
 class Normalize(LaneStage):
     """Per lane: one place right after a carry out of the significand; else
     left by ``left`` (the sum's leading zeros, never below the smallest
-    exponent, worked out by :class:`~.addsub.AddSub`), which leaves a
+    exponent, worked out by :class:`~.count.Count`), which leaves a
     subnormal where the exponent runs out. The hidden one, if any, ends at
     the top of ``norm``, guard, round and sticky below its last place. One
     register; parameters as :class:`~.common.LaneStage`.

@@ -5,7 +5,7 @@ from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import Queue, check_bus_width
+from ..lib import Queue, RegisterSlice, check_bus_width
 from ..memory import BYTE_BITS, ReadPortSignature, WritePortSignature, lanes as byte_lanes
 from .fpadd import FpAdd
 from .inflight import InFlight
@@ -55,8 +55,9 @@ class ReduceOnWrite(wiring.Component):
     that element's sum). All three operations go through the same pipeline,
     so writes leave in the order beats arrive.
 
-    Pipeline: the read is issued as the beat is accepted, and the beat waits
-    in a queue of ``depth`` beats (:attr:`depth`) for its word; the queue's
+    Pipeline: a beat arrives through a register slice (``i.ready`` is a
+    register's); its read is issued as it leaves the slice into a queue of
+    ``depth`` beats (:attr:`depth`), where it waits for its word; the queue's
     head then goes into one f32 and one bf16 adder running in lockstep (same
     inputs, so the same state), then to the write. The adders never stall:
     a beat enters them only while fewer than their capacity of admitted
@@ -65,22 +66,24 @@ class ReduceOnWrite(wiring.Component):
     straight to ``wr``), so the write port's ``ready`` reaches that queue
     and the hazard registers, never the adders' stage enables. With a
     memory that answers a cycle after a request, a beat accepted at one
-    clock edge is offered on ``wr`` ``1 + adder latency`` (= 7,
-    :attr:`latency`) cycles later; a memory that answers later adds its
+    clock edge is offered on ``wr`` ``2 + adder latency`` (= 9,
+    :attr:`latency`: the slice, the read, the adders) cycles later; a
+    memory that answers later adds its
     extra cycles. Throughput: one beat a cycle while beats go to different
     words and the memory keeps ``depth`` reads in flight.
 
     Same-word hazards: a beat must add to the word as its predecessors left
     it, in order (floating-point addition is not associative, so the result
     must equal ``((m + d0) + d1) + ...``). Every queued beat watches the
-    writes: when one lands on its word (from the edge the beat is accepted
-    on), the beat keeps that word and uses it instead of what its read
-    returns, which may predate the write. The queue's head does not enter
+    writes: when one is offered for its word (from the edge the beat enters
+    the queue on; every word offered is written unchanged and in order), the
+    beat keeps that word and uses it instead of what its read returns, which
+    may predate the write. The queue's head does not enter
     the adders while a beat to its word is still unwritten (inside them, in
     the write queue, or being written). So the old word a beat adds to is a
     register or the memory's answer, one multiplexer from the adders' operand registers,
     whatever the memory's latency; a run of beats to one word costs
-    :attr:`run_interval` (= 7) cycles per beat, and beats to other words are
+    :attr:`run_interval` (= 8) cycles per beat, and beats to other words are
     not delayed.
 
     Assumptions (the conventions of :class:`~hw.memory.BankedMemory`):
@@ -140,7 +143,7 @@ class ReduceOnWrite(wiring.Component):
     addr_width = property(lambda self: self._addr_width, doc="Word address width.")
     data_width = property(lambda self: self._data_width, doc="Word width in bits.")
     depth = property(lambda self: self._depth, doc="Beats waiting for their words.")
-    latency = property(lambda self: 1 + FpAdd.STAGES,
+    latency = property(lambda self: 2 + FpAdd.STAGES,
                        doc="Cycles from accepting a beat to offering its write, with a memory "
                            "that answers a cycle after a request.")
     adder_latency = property(lambda self: FpAdd.STAGES, doc="The adders' register stages.")
@@ -155,8 +158,10 @@ class ReduceOnWrite(wiring.Component):
                      for k in range(byte_lanes(self._data_width))])
 
     def _write_stage(self, m, f32, bf16, limit):
-        """The adders' sums merged into their old words, to ``wr``: the word
-        offered (a :class:`_Summed`) is returned."""
+        """The adders' sums merged into their old words, to ``wr``. Returns
+        the word offered (a :class:`_Summed`) and ``lands_on(addr)``: a word
+        for ``addr`` is offered (it will be written, unchanged, before
+        anything after it)."""
         A, W = self._addr_width, self._data_width
         # The adders never stall (their ``o.ready`` is constant, so no stage
         # enable waits on the write port): a beat enters them only while fewer
@@ -178,17 +183,45 @@ class ReduceOnWrite(wiring.Component):
         m.d.comb += [sum_now.addr.eq(side.addr), sum_now.data.eq(merged),
                      sum_now.be.eq(side.be), sum_now.user.eq(side.user)]
         m.submodules.pending = pending = Queue(summed, limit, buffered=False)
+        # ``waiting`` equals ``pending.r.valid`` (the queue holds a word), kept
+        # in a flip-flop of its own for the write handshake: the queue's valid
+        # also selects every bit of ``out``, and that load would slow it
+        waiting = Signal()
+        pushed = pending.w.valid & pending.w.ready
+        popped = pending.r.valid & pending.r.ready
+        m.d.sync += waiting.eq(pushed | Mux(popped, pending.level != 1, waiting))
         out = Signal(summed)
         m.d.comb += [
             out.eq(Mux(pending.r.valid, pending.r.payload, sum_now)),
-            self.wr.valid.eq(pending.r.valid | f32.o.valid),
+            self.wr.valid.eq(waiting | f32.o.valid),
             self.wr.p.addr.eq(out.addr), self.wr.p.data.eq(out.data), self.wr.p.be.eq(out.be),
             self.wr_user.eq(out.user),
             pending.r.ready.eq(self.wr.ready),
-            pending.w.valid.eq(f32.o.valid & (pending.r.valid | ~self.wr.ready)),
+            pending.w.valid.eq(f32.o.valid & (waiting | ~self.wr.ready)),
             pending.w.payload.eq(sum_now),
         ]
-        return out
+
+        def lands_on(addr):
+            # both candidates compared from registers, the queue's valid only
+            # selecting (not through ``out``'s multiplexer)
+            return self.wr.valid & Mux(waiting, addr == pending.r.payload.addr,
+                                       addr == sum_now.addr)
+        return out, lands_on
+
+    @staticmethod
+    def _load_entries(m, queue, free, new, out, lands_on):
+        """The queue's entries: ``free[k]`` (the free entry at the tail)
+        loads the arriving beat every cycle (an enable from registers, not
+        the handshake; taking the beat only moves the tail). Every entry
+        watches the words offered to ``wr``: each is written unchanged and in
+        order, and no beat to that word leaves the queue before it is, so the
+        last one offered is the last one written when the entry is read (and
+        an offer does not wait on the write port's ready)."""
+        for k, (entry, dirty, kept) in enumerate(zip(*queue)):
+            with m.If(free[k]):
+                m.d.sync += [entry.eq(new.p), dirty.eq(lands_on(new.p.addr)), kept.eq(out.data)]
+            with m.Elif(lands_on(entry.addr)):
+                m.d.sync += [dirty.eq(1), kept.eq(out.data)]
 
     def elaborate(self, platform):
         m = Module()
@@ -201,38 +234,46 @@ class ReduceOnWrite(wiring.Component):
 
         # ---- the write stage (the adders never stall; see _write_stage)
         limit = f32.capacity
-        out = self._write_stage(m, f32, bf16, limit)
+        out, lands_on = self._write_stage(m, f32, bf16, limit)
         written = self.wr.valid & self.wr.ready
         # beats admitted and not yet written: the adders' and the queue's
         unwritten = Signal(range(limit + 1))
         room = Signal()
         m.d.comb += room.eq(unwritten != limit)
 
+        # ---- beats arrive through a register slice, so that the queue, the
+        # read request and the hazard probe start from flip-flops, not from
+        # the sender's output multiplexers
+        beat = RmwBeat(A, W, self._user_width)
+        m.submodules.arrive = arrive = RegisterSlice(beat)
+        wiring.connect(m, wiring.flipped(self.i), arrive.i)
+        new = arrive.o
+
         # ---- the queue of beats waiting for their words: a ring, so a beat
         # stays in its entry and taking the head moves only a pointer (the
         # entries' loads depend on arrivals and writes, never on the head)
-        beat = RmwBeat(A, W, self._user_width)
         entry = [Signal(beat, name=f"q{k}") for k in range(n)]
-        dirty = [Signal(name=f"q_dirty{k}") for k in range(n)]      # a write landed on its word
-        kept = [Signal(W, name=f"q_kept{k}") for k in range(n)]     # ... and left this word
+        dirty = [Signal(name=f"q_dirty{k}") for k in range(n)]      # a write to its word offered
+        kept = [Signal(W, name=f"q_kept{k}") for k in range(n)]     # ... and that word
         count = Signal(range(n + 1))
         head_at, tail_at = Signal(range(n), name="head_at"), Signal(range(n), name="tail_at")
 
         def after(ptr):
             return Mux(ptr == n - 1, 0, ptr + 1) if n > 1 else ptr
-        # the entry after the head, and whether it holds a beat, kept in
-        # registers: the hazard probe's next address is one mux from them
+        # the entry after the head, its address and whether it holds a beat,
+        # kept in registers: the hazard probe's next address is one mux from them
         next_at = Signal(range(n), name="next_at", init=1 % n)
+        next_addr = Signal(A)                 # = entry[next_at].addr
         several = Signal()                    # count > 1
         consume = Signal()                    # the head goes into the adders
         full = Signal()
         m.d.comb += [
             full.eq(count == n),
-            self.rd.req.valid.eq(self.i.valid & ~full),
-            self.rd.req.p.eq(self.i.p.addr),
-            self.i.ready.eq(self.rd.req.ready & ~full),
+            self.rd.req.valid.eq(new.valid & ~full),
+            self.rd.req.p.eq(new.p.addr),
+            new.ready.eq(self.rd.req.ready & ~full),
         ]
-        accept = self.i.valid & self.i.ready
+        accept = new.valid & new.ready
         count_next = Signal.like(count)
         m.d.comb += count_next.eq(count + accept - consume)
         m.d.sync += [count.eq(count_next), several.eq(count_next > 1)]
@@ -240,28 +281,27 @@ class ReduceOnWrite(wiring.Component):
             m.d.sync += tail_at.eq(after(tail_at))
         with m.If(consume):
             m.d.sync += [head_at.eq(after(head_at)), next_at.eq(after(next_at))]
-        for k in range(n):
-            # each entry's word against the word being written, from registers
-            wrote_on = written & (entry[k].addr == out.addr)
-            with m.If(accept & (tail_at == k)):
-                m.d.sync += [entry[k].eq(self.i.p),
-                             dirty[k].eq(written & (self.i.p.addr == out.addr)),
-                             kept[k].eq(out.data)]
-            with m.Elif(wrote_on):
-                m.d.sync += [dirty[k].eq(1), kept[k].eq(out.data)]
+        free = [(tail_at == k) & ~full for k in range(n)]       # the tail entry, if free
+        self._load_entries(m, (entry, dirty, kept), free, new, out, lands_on)
+        # the address each entry holds after this edge (the free tail entry
+        # loads the arriving beat); both of next_at's possible successors are
+        # looked up, the late ``consume`` only selects
+        upcoming = Array([Mux(free[k], new.p.addr, entry[k].addr) for k in range(n)])
+        m.d.sync += next_addr.eq(Mux(consume, upcoming[after(next_at)], upcoming[next_at]))
 
         m.d.sync += unwritten.eq(unwritten + consume - written)
 
         # ---- the addresses of the unwritten beats (the one being written included)
-        m.submodules.inflight = inflight = InFlight(limit, A)
-        head = Array(entry)[head_at]
         # the probe is the head's address, set as the head changes: to the
-        # next entry or the beat arriving now (the ring compares a cycle early)
+        # next entry or the beat arriving now (the ring compares a cycle
+        # early); so the ring pushes its probe when the head goes in
+        m.submodules.inflight = inflight = InFlight(limit, A, push_probe=True)
+        head = Array(entry)[head_at]
         m.d.comb += [
-            inflight.push.eq(consume), inflight.push_addr.eq(head.addr),
+            inflight.push.eq(consume), inflight.push_addr.eq(0),
             inflight.pop.eq(written),
             inflight.load.eq(consume | (count == 0)),
-            inflight.load_addr.eq(Mux(several, Array(entry)[next_at].addr, self.i.p.addr)),
+            inflight.load_addr.eq(Mux(several, next_addr, new.p.addr)),
             inflight.skip_oldest.eq(0),
         ]
 

@@ -1,4 +1,4 @@
-"""Adder stage 5: round to nearest even and pack."""
+"""Adder stage 6: round to nearest even and pack."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Mux, Signal
