@@ -317,6 +317,42 @@ def test_feeder_per_channel_order_and_offers_only_what_the_dma_has_room_for():
     assert offers and all(offers)
 
 
+def test_feeder_is_not_done_while_a_descriptor_is_on_its_way():
+    """From the cycle after a descriptor is written until the DMA has taken
+    and completed it, its channel is not ``done`` (it passes the input slice,
+    the queue and the offer on the way); the other channels stay done."""
+    dut = DescriptorFeeder(ARCH, depth=4)
+    desc = {"chan": 1, "ctx": 0, "tag": 3, "src": 0, "dst": 0, "row_bytes": 4, "rows": 1,
+            "src_stride": 0, "dst_stride": 0}
+    log = []
+
+    async def tb(ctx):
+        for ch in range(3):
+            ctx.set(dut.free_slots[ch], 2)
+        for _ in range(3):
+            await ctx.tick()
+        assert ctx.get(dut.done) == 0b111
+        await stream_put(ctx, dut.w, desc)
+        took = None
+        for cycle in range(12):
+            ctx.set(dut.desc.ready, 1)
+            _, _, done, valid = await ctx.tick().sample(dut.done, dut.desc.valid)
+            log.append(int(done))
+            if valid and took is None:
+                took = cycle
+                ctx.set(dut.chan_status[1].busy, 1)       # the DMA works on it ...
+        ctx.set(dut.chan_status[1].busy, 0)
+        ctx.set(dut.chan_status[1].done_count, 1)         # ... and completes it
+        for _ in range(3):
+            await ctx.tick()
+        log.append(int(ctx.get(dut.done)))
+        assert took is not None
+
+    run_simulation(dut, [tb])
+    assert all(d == 0b101 for d in log[:-1]), log
+    assert log[-1] == 0b111
+
+
 # ------------------------------------------------------------------ sync unit
 def test_sync_unit_signal_wait_fence_halt():
     rng = random.Random(7)

@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
-from ..lib import Queue, RoundRobin
+from ..lib import Queue, RegisterSlice, RoundRobin
 
 __all__ = ["DescriptorFeeder"]
 
@@ -14,6 +14,11 @@ __all__ = ["DescriptorFeeder"]
 class DescriptorFeeder(wiring.Component):
     """Queues descriptors per channel and feeds them to the DMA.
 
+    Descriptors enter through a :class:`hw.lib.RegisterSlice` (``w.ready`` is
+    its register, so a COPY retires without waiting on the queue its word
+    names) and reach their channel's queue a cycle later; a channel with a
+    descriptor in the slice is not ``done`` (a held skid entry counts for
+    every channel).
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
     others). The queues read first-word fall-through (LUT RAM read
@@ -91,6 +96,17 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
+        # descriptors enter through a skid slice: the queues' write side (and
+        # their levels) start from its registers, and the COPY's retire waits
+        # only on its ready flip-flop, never on a queue chosen by the word
+        m.submodules.w_slice = w_slice = RegisterSlice(layout)
+        wiring.connect(m, wiring.flipped(self.w), w_slice.i)
+        w = w_slice.o
+        # a channel with a descriptor in the slice is not done (a full skid entry,
+        # of any channel, counts for every channel: never done too early)
+        in_slice = Signal(C)
+        m.d.comb += in_slice.eq(Mux(w.valid, 1 << w.p.chan, 0)
+                                   | Mux(w_slice.i.ready, 0, (1 << C) - 1))
         # the offer: one register, loaded only while empty, so its enable comes
         # from flip-flops and the DMA's ready (which depends on the offered
         # channel) reaches only the offer's valid bit and the take counts
@@ -135,8 +151,8 @@ class DescriptorFeeder(wiring.Component):
             with m.If(self.flush):
                 m.d.sync += [in_flight.eq(0), took.eq(0)]
             m.d.comb += [
-                q.w.valid.eq(self.w.valid & (self.w.p.chan == c)),
-                q.w.payload.eq(self.w.payload),
+                q.w.valid.eq(w.valid & (w.p.chan == c)),
+                q.w.payload.eq(w.payload),
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(q.level == 0),
                 held[c].eq(offered != 0),
@@ -149,7 +165,7 @@ class DescriptorFeeder(wiring.Component):
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
-            m.d.sync += self.done[c].eq(empty[c] & ~held[c] & ~st[c].busy & ~written
+            m.d.sync += self.done[c].eq(empty[c] & ~held[c] & ~st[c].busy & ~written & ~in_slice[c]
                                         & ~self.flush
                                         & ((issued == st[c].done_count) | st[c].error))
             with m.If(self.flush):
@@ -169,9 +185,11 @@ class DescriptorFeeder(wiring.Component):
         with m.Elif(taken):
             m.d.sync += [offer_valid.eq(0), offer_free.eq(1)]
         m.d.comb += [
-            self.w.ready.eq(w_ready.bit_select(self.w.p.chan, 1)),
+            w.ready.eq(w_ready.bit_select(w.p.chan, 1)),
+            w_slice.flush.eq(self.flush),
             arb.advance.eq(~picked | push),
-            self.drained.eq(empty.all() & ~held.any() & ~Cat(*[s.busy for s in st]).any()
+            self.drained.eq(empty.all() & ~held.any() & ~in_slice.any()
+                            & ~Cat(*[s.busy for s in st]).any()
                             & ~Cat(*[s.error for s in st]).any()),
         ]
         return m
