@@ -342,6 +342,79 @@ def test_translator_contract():
     assert len(asks) < 2 * len(chunks)
 
 
+def _empty_chunk(tag, chan=0):
+    return dict(chan=chan, ctx=0, tag=tag, src=0, dst=0, len=1, last=1, empty=1, first=0, cont=0)
+
+
+def test_translator_output_slice():
+    """Commands leave through a skid slice: an empty chunk's command is offered
+    two cycles after the chunk is taken, and with ``cmd`` blocked the
+    translator takes three chunks (its register and the slice's two entries)
+    before ``chunk.ready`` falls; all leave in order."""
+    dut = Translator(geometry())
+    chunks = [_empty_chunk(k, k % 4) for k in range(5)]
+    got = {}
+
+    async def producer(ctx):
+        for ch in chunks:
+            await stream_put(ctx, dut.chunk, ch)
+
+    async def main(ctx):
+        ctx.set(dut.cmd.ready, 0)
+        taken, first = 0, None
+        for cyc in range(10):
+            _, _, v, r, cv = await ctx.tick().sample(dut.chunk.valid, dut.chunk.ready,
+                                                      dut.cmd.valid)
+            taken += bool(v and r)
+            if cv and first is None:
+                first = cyc
+        got["taken"], got["first"] = taken, first
+        got["tags"] = [int((await stream_get(ctx, dut.cmd)).tag) for _ in chunks]
+
+    run_simulation(dut, [main], [producer])
+    assert (got["taken"], got["first"]) == (3, 2)
+    assert got["tags"] == list(range(5))
+
+
+def test_translator_flush_is_registered():
+    """``flush`` empties the caches a cycle after it is seen: a chunk looked up
+    in the next cycle still hits, one looked up later asks the MMU again."""
+    dut = Translator(geometry())
+    asks = []
+    chunk = dict(chan=1, ctx=0, tag=0, src=0x123, dst=0x4567, len=4, last=0, empty=0,
+                 first=1, cont=0)
+
+    async def mmu(ctx):
+        while True:
+            req = await stream_get(ctx, dut.xlat_req)
+            asks.append(int(req.va))
+            await stream_put(ctx, dut.xlat_rsp, dict(pa=int(req.va) & 0x3FF, dev=0, cause=0))
+
+    async def put_at(ctx, ch):
+        # offer ``ch`` once ``chunk.ready`` is high (it is taken in this cycle)
+        ctx.set(dut.chunk.payload, ch)
+        ctx.set(dut.chunk.valid, 1)
+        await ctx.tick().until(dut.chunk.ready)
+        ctx.set(dut.chunk.valid, 0)
+
+    async def main(ctx):
+        ctx.set(dut.cmd.ready, 1)
+        await put_at(ctx, chunk)                      # first: both sides asked
+        await ctx.tick().repeat(12)
+        assert len(asks) == 2
+        ctx.set(dut.flush, 1)
+        await ctx.tick()
+        ctx.set(dut.flush, 0)
+        await put_at(ctx, dict(chunk, tag=1, first=0))    # looked up a cycle later: hits
+        await ctx.tick().repeat(6)
+        assert len(asks) == 2
+        await put_at(ctx, dict(chunk, tag=2, first=0))    # after the flush: asks again
+        await ctx.tick().repeat(12)
+        assert len(asks) == 4
+
+    run_simulation(dut, [main], [mmu])
+
+
 # --------------------------------------------------------------------- reader
 def reader_model(g, cmds):
     """(reuse flags, word addresses read) for a command sequence."""
@@ -453,6 +526,71 @@ def test_reader_contract():
     assert state["max"] <= N
 
 
+def _empty_cmd(tag):
+    return dict(kind=CmdKind.EMPTY, chan=0, last=1, tag=tag, cont=0, reuse=0,
+                body={"fault": dict(ctx=0, va=0, cause=0)})
+
+
+def test_reader_decodes_two_ahead():
+    """While ``cmd_out`` is blocked the reader takes two commands (its decoded
+    slice's entries: a start reaches only the slice's pointers, not the
+    command queue's read side) and then holds ``cmd.ready`` low."""
+    dut = Reader(geometry(width=32, burst_len=8), outstanding=3)
+    got = {}
+
+    async def producer(ctx):
+        for k in range(4):
+            await stream_put(ctx, dut.cmd, _empty_cmd(k))
+
+    async def main(ctx):
+        ctx.set(dut.cmd_out.ready, 0)
+        taken = 0
+        for _ in range(8):
+            _, _, v, r = await ctx.tick().sample(dut.cmd.valid, dut.cmd.ready)
+            taken += bool(v and r)
+        got["taken"] = taken
+        got["tags"] = [int((await stream_get(ctx, dut.cmd_out)).tag) for _ in range(4)]
+
+    run_simulation(dut, [main], [producer])
+    assert got["taken"] == 2 and got["tags"] == [0, 1, 2, 3]
+
+
+def test_reader_fills_its_read_credits():
+    """With the read data not taken exactly ``outstanding`` reads issue (the
+    credit limit is a flip-flop of its own); each word taken lets one more go."""
+    N = 3
+    dut = Reader(geometry(width=32, burst_len=8), outstanding=N)
+    cmd = dict(kind=CmdKind.DATA, chan=0, last=1, tag=0, cont=0, reuse=0,
+               body={"move": dict(src=0, dst=0x3000, dev=0, len=32)})
+    issued = []
+
+    async def memory(ctx):
+        pend = []
+        ctx.set(dut.rd.req.ready, 1)
+        while True:
+            ctx.set(dut.rd.rsp.valid, bool(pend))
+            ctx.set(dut.rd.rsp.payload, pend[0] if pend else 0)
+            _, _, qv, qa, sv, sr = await ctx.tick().sample(
+                dut.rd.req.valid, dut.rd.req.payload, dut.rd.rsp.valid, dut.rd.rsp.ready)
+            if sv and sr:
+                pend.pop(0)
+            if qv:
+                pend.append(int(qa))
+                issued.append(int(qa))
+
+    async def main(ctx):
+        ctx.set(dut.cmd_out.ready, 1)
+        await stream_put(ctx, dut.cmd, cmd)
+        await ctx.tick().repeat(12)
+        assert issued == list(range(N))
+        for k in range(2):
+            assert (await stream_get(ctx, dut.data)) == k
+            await ctx.tick().repeat(4)
+            assert issued == list(range(N + k + 1))
+
+    run_simulation(dut, [main], [memory])
+
+
 # --------------------------------------------------------------------- writer
 def test_writer_contract():
     """Beats carry exactly each command's bytes (realigned, byte enables) to
@@ -520,6 +658,60 @@ def test_writer_contract():
         assert got == want, c
     want_faults = [(c["chan"], c["body"]["fault"]["va"]) for c in cmds if c["kind"] == CmdKind.FAULT]
     assert [(int(f.chan), int(f.va)) for f in faults] == want_faults
+
+
+def test_writer_decodes_two_ahead():
+    """With ``wr`` blocked the writer holds its command and two decoded ones
+    (a start, late behind ``wr.ready``, reaches the decoded slice's pointers
+    and ``cur``, not the read queue) before ``cmd.ready`` falls."""
+    dut = Writer(geometry(width=32, burst_len=8))
+    cmds = [dict(kind=CmdKind.DATA, chan=0, last=1, tag=k, cont=0, reuse=0,
+                 body={"move": dict(src=4 * k, dst=0x100 + 4 * k, dev=0, len=4)})
+            for k in range(5)]
+    got = {}
+
+    async def producer(ctx):
+        for c in cmds:
+            await stream_put(ctx, dut.cmd, c)
+
+    async def main(ctx):
+        ctx.set(dut.data.valid, 1)
+        ctx.set(dut.wr.ready, 0)
+        taken = 0
+        for _ in range(10):
+            _, _, v, r = await ctx.tick().sample(dut.cmd.valid, dut.cmd.ready)
+            taken += bool(v and r)
+        got["taken"] = taken
+        got["addrs"] = [int((await stream_get(ctx, dut.wr)).addr) for _ in cmds]
+
+    run_simulation(dut, [main], [producer])
+    assert got["taken"] == 3
+    assert got["addrs"] == [0x40 + k for k in range(5)]
+
+
+def test_writer_fault_leaves_through_idle():
+    """A FAULT command leaves through idle once its record is taken, so
+    ``fault.ready`` never reaches the next command's start: an EMPTY command
+    behind it retires two cycles after it (one with an EMPTY behind an EMPTY)."""
+    dut = Writer(geometry(width=32, burst_len=8))
+    fault = dict(kind=CmdKind.FAULT, chan=1, last=1, tag=0, cont=0, reuse=0,
+                 body={"fault": dict(ctx=0, va=0x1234, cause=3)})
+    empty = dict(_empty_cmd(1), chan=1)
+    cycles = {}
+
+    async def producer(ctx):
+        for c in (fault, empty, dict(empty, tag=2)):
+            await stream_put(ctx, dut.cmd, c)
+
+    async def main(ctx):
+        ctx.set(dut.fault.ready, 1)
+        for cyc in range(20):
+            _, _, v, p = await ctx.tick().sample(dut.retire.valid, dut.retire.payload)
+            if v:
+                cycles[int(p.tag)] = cyc
+
+    run_simulation(dut, [main], [producer])
+    assert cycles[1] - cycles[0] == 2 and cycles[2] - cycles[1] == 1
 
 
 # ----------------------------------------------------------------- completion

@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import Queue, counter_shape
+from ..lib import Queue, RegisterSlice, counter_shape
 from ..memory import ReadPortSignature
 from .layouts import CmdKind, Command
 
@@ -26,10 +26,13 @@ class Reader(wiring.Component):
     writer needs no extra cycle per chunk).
 
     Reads are issued one a cycle, at most ``outstanding`` ahead of the
-    writer: each read has a place in the read-data queue before it is issued.
-    A command is decoded (``reuse``, its word count) in the cycle after it is
-    taken, off the command queue's LUT RAM read, and starts (and passes on) in
-    the cycle the last read of the current one is issued.
+    writer: each read has a place in the read-data queue (first-word
+    fall-through) before it is issued. Commands are decoded (``reuse``, the
+    word count) as they are taken, off the command queue's LUT RAM read, into
+    a late-ready :class:`hw.lib.RegisterSlice` (two decoded commands besides
+    the one reading); the next one starts (and passes on) in the cycle the
+    last read of the current one is issued. The issue state (reading, the
+    last read, the credit limit) is kept in flip-flops.
 
     Parameters
     ----------
@@ -60,69 +63,95 @@ class Reader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self._g
-        wb, N = g.word_bits, self._outstanding
-        m.submodules.rdata = rdata = Queue(g.data_width, N)
+        # first-word fall-through: the writer's ``data.ready`` (late: it follows
+        # ``wr.ready``) reaches the queue's pointer and level, no output register;
+        # ``data.valid`` is ``level != 0`` kept in a flip-flop of its own
+        m.submodules.rdata = rdata = Queue(g.data_width, self._outstanding, buffered=False)
         wiring.connect(m, wiring.flipped(self.rd.rsp), rdata.w)
-        wiring.connect(m, rdata.r, wiring.flipped(self.data))
+        has_data = Signal()
+        pushed = rdata.w.valid & rdata.w.ready
+        popped = self.data.valid & self.data.ready
+        m.d.sync += has_data.eq(pushed | (rdata.level > 1) | ((rdata.level == 1) & ~popped))
+        m.d.comb += [self.data.valid.eq(has_data), self.data.p.eq(rdata.r.p),
+                     rdata.r.ready.eq(self.data.ready)]
 
-        busy = Signal()
-        addr = Signal(g.mem_addr_width)
+        # the next commands, decoded as they arrive (off the queue's LUT RAM read)
+        # into a late-ready slice, and started as the last read of the current
+        # one issues: the start reaches the slice's pointers, not the command
+        # queue's read side or a wide register's enable
         most = g.burst_len + 1                # words of one chunk, at most
-        left = Signal(counter_shape(most))
-        one_left = Signal()                   # ``left == 1``, kept in a flip-flop
-        credits = Signal(range(N + 1))
-        issue = Signal()
-        m.d.comb += [
-            self.rd.req.valid.eq(busy & (credits != N)),
-            self.rd.req.p.eq(addr),
-            issue.eq(self.rd.req.valid & self.rd.req.ready),
-        ]
-        m.d.sync += credits.eq(credits + issue - (self.data.valid & self.data.ready))
-        with m.If(issue):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), one_left.eq(left == 2)]
-            with m.If(one_left):
-                m.d.sync += busy.eq(0)
-
-        # the next command, decoded a cycle ahead (off the queue's LUT RAM read), and
-        # started as the last read of the current one issues
-        dec_valid = Signal()
-        dec = Signal(data.StructLayout({"cmd": Command(g), "extra": counter_shape(most - 1)}))
-        self._decode(m, dec_valid, dec)
-        free = Signal()
+        dec_layout = data.StructLayout({"cmd": Command(g), "extra": counter_shape(most - 1)})
+        m.submodules.decoded = decoded = RegisterSlice(dec_layout, late_ready=True,
+                                                       urgent=("extra",))
+        self._decode(m, decoded.i)
         take = Signal()
-        mv = dec.cmd.body.move
+        free = self._read(m, decoded.o.p, take)
         m.d.comb += [
-            free.eq(~busy | (issue & one_left)),
-            self.cmd_out.valid.eq(dec_valid & free),
-            self.cmd_out.p.eq(dec.cmd),
+            self.cmd_out.valid.eq(decoded.o.valid & free),
+            self.cmd_out.p.eq(decoded.o.p.cmd),
             take.eq(self.cmd_out.valid & self.cmd_out.ready),
-            self.cmd.ready.eq(~dec_valid | take),
+            decoded.o.ready.eq(take),
         ]
+        return m
+
+    def _read(self, m, dec, take):
+        """Issue the current command's reads; ``take`` starts ``dec``. Returns
+        "the next command may start in this cycle"."""
+        g, N = self._g, self._outstanding
+        addr = Signal(g.mem_addr_width)
+        left = Signal(counter_shape(g.burst_len + 1))
+        credits = Signal(range(N + 1))
+        # the state in flip-flops, each next value worked out first, so that a
+        # read's issue and the next command's start are a gate or two deep
+        busy, one_left = Signal(), Signal()       # ``one_left``: ``left == 1``
+        at_limit = Signal()                   # ``credits == N``
+        reading = Signal()                    # ``busy & ~at_limit``: ``rd.req.valid``
+        ending = Signal()                     # ``reading & one_left``: the read is the last
+        nxt = {k: Signal(name=f"{k}_next") for k in ("busy", "one_left", "at_limit")}
+        issue, pop = Signal(), Signal()
+        m.d.comb += [
+            self.rd.req.valid.eq(reading), self.rd.req.p.eq(addr),
+            issue.eq(reading & self.rd.req.ready),
+            pop.eq(self.data.valid & self.data.ready),
+            nxt["busy"].eq(busy), nxt["one_left"].eq(one_left), nxt["at_limit"].eq(at_limit),
+        ]
+        m.d.sync += credits.eq(credits + issue - pop)
+        with m.If(issue != pop):
+            m.d.comb += nxt["at_limit"].eq(issue & (credits == N - 1))
+        with m.If(issue):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            m.d.comb += nxt["one_left"].eq(left == 2)
+            with m.If(one_left):
+                m.d.comb += nxt["busy"].eq(0)
         with m.If(take & (dec.cmd.kind == CmdKind.DATA)):
             # (a reused word may be all the command needs: then nothing to read)
-            m.d.sync += [busy.eq(~dec.cmd.reuse | (dec.extra != 0)),
-                         left.eq(dec.extra + ~dec.cmd.reuse),
-                         one_left.eq(dec.extra == dec.cmd.reuse)]
+            m.d.comb += [nxt["busy"].eq(~dec.cmd.reuse | (dec.extra != 0)),
+                         nxt["one_left"].eq(dec.extra == dec.cmd.reuse)]
+            m.d.sync += left.eq(dec.extra + ~dec.cmd.reuse)
             # after the previous command, ``addr`` is the word after its last:
             # where a command that reuses that last word continues
             with m.If(~dec.cmd.reuse):
-                m.d.sync += addr.eq(mv.src[wb:])
-        return m
+                m.d.sync += addr.eq(dec.cmd.body.move.src[g.word_bits:])
+        going = nxt["busy"] & ~nxt["at_limit"]
+        m.d.sync += [busy.eq(nxt["busy"]), one_left.eq(nxt["one_left"]),
+                     at_limit.eq(nxt["at_limit"]),
+                     reading.eq(going), ending.eq(going & nxt["one_left"])]
+        return ~busy | (ending & self.rd.req.ready)
 
-    def _decode(self, m, dec_valid, dec):
-        """Take the next command into ``dec``: mark ``reuse`` and count the words
+    def _decode(self, m, out):
+        """Pass the next command to ``out``: mark ``reuse`` and count the words
         after its first."""
         wb = self._g.word_bits
         c = self.cmd.p
         mv = c.body.move
         last_data = Signal()                 # the previous command moved data
         last_chan = Signal(self._g.chan_bits)
-        with m.If(self.cmd.ready):
-            m.d.sync += [
-                dec_valid.eq(self.cmd.valid), dec.cmd.eq(c),
-                dec.cmd.reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data
-                                 & (last_chan == c.chan) & (mv.src[:wb] > mv.dst[:wb])),
-                dec.extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
-            ]
+        m.d.comb += [
+            out.valid.eq(self.cmd.valid), self.cmd.ready.eq(out.ready),
+            out.p.cmd.eq(c),
+            out.p.cmd.reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data
+                               & (last_chan == c.chan) & (mv.src[:wb] > mv.dst[:wb])),
+            out.p.extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
+        ]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [last_data.eq(c.kind == CmdKind.DATA), last_chan.eq(c.chan)]

@@ -83,8 +83,9 @@ class DMA(wiring.Component):
     flush : ``In(1)``
         Invalidate every cached translation. The ISA never changes a mapping
         while a copy is in flight, and a channel re-translates at every
-        descriptor start, so the device may tie this low; a chunk already past
-        the cache lookup when ``flush`` rises still uses the old translation.
+        descriptor start, so the device may tie this low; the caches empty a
+        cycle after ``flush`` is seen, and a chunk already past the cache lookup
+        then still uses the old translation.
     """
 
     def __init__(self, arch, *, data_width=32, channels=None, outstanding=8, burst_len=16,
@@ -150,10 +151,10 @@ class DMA(wiring.Component):
         m.submodules.reads = reads = Queue(Command(g), CMD_DEPTH, buffered=False)
         m.submodules.writer = writer = Writer(g)
         # a chunk is in flight from the walker to the writer's retirement: in the
-        # chunk queue, the translator's register, the command queue, the reader's
-        # decode register, the read queue, or the writer's decode register and
-        # current command
-        inflight_limit = chunks.depth + 1 + cmds.depth + 1 + reads.depth + 2
+        # chunk queue, the translator's register and output slice, the command
+        # queue, the reader's two decoded commands, the read queue, or the
+        # writer's two decoded commands and current command
+        inflight_limit = chunks.depth + 3 + cmds.depth + 2 + reads.depth + 3
         m.submodules.done = done = Completion(g, ack_limit=self._ack_limit,
                                               inflight_limit=inflight_limit)
 

@@ -9,6 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..mmu import TranslateCause, translate_request, translate_response
+from ..lib import RegisterSlice
 from .layouts import Chunk, CmdKind, Command, Event
 
 __all__ = ["Translator"]
@@ -20,11 +21,15 @@ class Translator(wiring.Component):
     Keeps, per channel, the last source page and the last destination page
     it translated (smallest-page granularity, frames in LUT RAM). The chunk
     at the input is looked up when it is taken and registered with its hit
-    flags; a chunk on cached pages leaves the next cycle, otherwise the
-    translator asks the MMU, source first, then destination, one request at a
-    time (its answer registered, then acted on a cycle later), and fills the
-    cache. A descriptor's first chunk (``first``) is
-    translated afresh, and ``flush`` empties every cache.
+    flags and what it does next (leave, be dropped, or ask the MMU), so
+    ``chunk.ready`` is a gate from flip-flops; a chunk on cached pages
+    leaves the next cycle, otherwise the translator asks the MMU, source
+    first, then destination, one request at a time (its answer registered,
+    then acted on a cycle later), and fills the cache. Commands leave
+    through a skid slice (``cmd`` a cycle after the command is made; the
+    translator runs up to two commands ahead of a blocked ``cmd``). A
+    descriptor's first chunk (``first``) is translated afresh, and ``flush``
+    empties every cache a cycle after it is seen.
 
     The first failing translation halts the channel (``halt``): a ``FAULT``
     command carrying the record (context, virtual address, cause) goes down
@@ -81,30 +86,58 @@ class Translator(wiring.Component):
         s_valid = Signal(C)
         d_valid = Signal(C)
 
-        # the registered chunk and its lookup
+        # the registered chunk, its lookup and what it does next, decided as it is
+        # registered: ``drop`` (its channel halted), ``go`` (it leaves without
+        # the caches: empty, or later the FAULT marker) or ``hits`` (it leaves
+        # once both sides hit). So ``take``, and with it ``chunk.ready`` (the
+        # enable of ``ck``, the lookup registers and the chunk queue's read
+        # side), is a gate or two from flip-flops, and the cache compares end in
+        # the hit flags alone
         inp = self.chunk.p
         ck = Signal(Chunk(g))
-        held = Signal()
-        s_hit = Signal()
-        d_hit = Signal()
-        s_ppn = Signal(ppn_w)
-        d_ppn = Signal(ppn_w)
-        d_dev = Signal(g.dev_bits)
+        st = Signal(data.StructLayout({
+            "held": 1, "s_hit": 1, "d_hit": 1, "s_ppn": ppn_w, "d_ppn": ppn_w,
+            "d_dev": g.dev_bits, "drop": 1, "go": 1, "hits": 1,
+            "free": 1,                     # ``~held | drop``
+        }), init={"free": 1})
+        emit = Signal()                    # ``cmd.valid``
+        m.d.comb += emit.eq(st.go | (st.hits & st.s_hit & st.d_hit))
+        flush = Signal()                   # ``flush``, a cycle late (see ``_fill_caches``)
+        m.d.sync += flush.eq(self.flush)
         m.d.comb += [s_r.addr.eq(inp.chan), d_r.addr.eq(inp.chan),
                      s_w.addr.eq(ck.chan), d_w.addr.eq(ck.chan)]
-        take = Signal()
-        m.d.comb += self.chunk.ready.eq(~held | take)
+        # commands leave through a skid slice: the command queue's ``ready`` (a
+        # compare of its level) reaches the slice, ``take`` a flip-flop of it
+        m.submodules.cmd_slice = cmd_slice = RegisterSlice(Command(g))
+        wiring.connect(m, cmd_slice.o, wiring.flipped(self.cmd))
+        m.d.comb += self.chunk.ready.eq(st.free | (emit & cmd_slice.i.ready))
         with m.If(self.chunk.ready):
+            # no fault is being answered now: the channel's next ``halt`` is its
+            # present one unless cleared
+            s_hit = (s_valid.bit_select(inp.chan, 1) & ~inp.first
+                     & (s_r.data.vpn == inp.src[pb:]))
+            d_hit = (d_valid.bit_select(inp.chan, 1) & ~inp.first
+                     & (d_r.data.vpn == inp.dst[pb:]))
+            halted = self.halt.bit_select(inp.chan, 1) & ~self.clear.bit_select(inp.chan, 1)
             m.d.sync += [
-                held.eq(self.chunk.valid), ck.eq(inp),
-                s_hit.eq(s_valid.bit_select(inp.chan, 1) & ~inp.first
-                         & (s_r.data.vpn == inp.src[pb:])),
-                d_hit.eq(d_valid.bit_select(inp.chan, 1) & ~inp.first
-                         & (d_r.data.vpn == inp.dst[pb:])),
-                s_ppn.eq(s_r.data.ppn), d_ppn.eq(d_r.data.ppn), d_dev.eq(d_r.data.dev),
+                ck.eq(inp), st.held.eq(self.chunk.valid),
+                st.s_hit.eq(s_hit), st.d_hit.eq(d_hit),
+                st.s_ppn.eq(s_r.data.ppn), st.d_ppn.eq(d_r.data.ppn), st.d_dev.eq(d_r.data.dev),
+                st.drop.eq(self.chunk.valid & halted), st.free.eq(~self.chunk.valid | halted),
+                st.go.eq(self.chunk.valid & ~halted & inp.empty),
+                st.hits.eq(self.chunk.valid & ~halted & ~inp.empty),
             ]
+        rsp, fill, faulting, side = self._translate(m, ck, st, emit, cmd_slice.i)
+        self._fill_caches(m, (s_w, s_valid), (d_w, d_valid), ck, rsp, fill, side, flush)
+        m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
+        return m
 
-        cmd = self.cmd.p
+    def _translate(self, m, ck, st, emit, cmd_out):
+        """The held chunk's command, or its MMU requests one side at a time;
+        returns the registered answer, "fill the cache", "the answer is a
+        fault" and the side asked (0 source, 1 destination)."""
+        g, pb = self._g, self._g.page_bits
+        cmd = cmd_out.p
         move = cmd.body.move
         side = Signal()                    # the MMU request in flight: 0 source, 1 destination
         va = Signal(g.addr_bits)
@@ -113,11 +146,12 @@ class Translator(wiring.Component):
             va.eq(Mux(side, ck.dst, ck.src)),
             cmd.chan.eq(ck.chan), cmd.last.eq(ck.last), cmd.tag.eq(ck.tag), cmd.cont.eq(ck.cont),
             cmd.op.eq(ck.op),
-            move.src.eq(Cat(ck.src[:pb], s_ppn)), move.dst.eq(Cat(ck.dst[:pb], d_ppn)),
-            move.dev.eq(d_dev), move.len.eq(ck.len),
+            move.src.eq(Cat(ck.src[:pb], st.s_ppn)), move.dst.eq(Cat(ck.dst[:pb], st.d_ppn)),
+            move.dev.eq(st.d_dev), move.len.eq(ck.len),
             self.xlat_req.p.ctx.eq(ck.ctx), self.xlat_req.p.va.eq(va),
             self.xlat_req.p.write.eq(side),
             self.dropped.payload.eq(ck.chan),
+            cmd_out.valid.eq(emit), self.dropped.valid.eq(st.drop),
         ]
         # the MMU's answer is registered before it is acted on (a cycle per
         # translation): its fault checks then never reach the caches, the FSM
@@ -127,13 +161,11 @@ class Translator(wiring.Component):
         faulting = Signal()
         with m.FSM(name="xlat"):
             with m.State("LOOKUP"):
-                with m.If(held & self.halt.bit_select(ck.chan, 1)):
-                    m.d.comb += [take.eq(1), self.dropped.valid.eq(1)]
-                with m.Elif(held & (ck.empty | (s_hit & d_hit))):
-                    m.d.comb += [self.cmd.valid.eq(1), take.eq(self.cmd.ready),
-                                 cmd.kind.eq(Mux(ck.empty, CmdKind.EMPTY, CmdKind.DATA))]
-                with m.Elif(held):
-                    m.d.sync += side.eq(s_hit)
+                # (a chunk waiting to leave keeps ``emit``: only its own fault
+                # sets its channel's ``halt``)
+                m.d.comb += cmd.kind.eq(Mux(ck.empty, CmdKind.EMPTY, CmdKind.DATA))
+                with m.If(st.held & ~st.drop & ~emit):
+                    m.d.sync += side.eq(st.s_hit)
                     m.next = "REQUEST"
             with m.State("REQUEST"):
                 m.d.comb += self.xlat_req.valid.eq(1)
@@ -146,31 +178,30 @@ class Translator(wiring.Component):
                     m.next = "ANSWER"
             with m.State("ANSWER"):
                 with m.If(rsp.cause != TranslateCause.NONE):
-                    m.d.sync += cause.eq(rsp.cause)
+                    m.d.sync += [cause.eq(rsp.cause), st.go.eq(1)]
                     m.d.comb += faulting.eq(1)
                     m.next = "FAULT"
                 with m.Else():
+                    # back to the lookup: the chunk leaves (``emit``) once both sides hit
                     m.d.comb += fill.eq(1)
                     with m.If(side):
-                        m.d.sync += [d_hit.eq(1), d_ppn.eq(rsp.pa[pb:g.pa_bits]),
-                                     d_dev.eq(rsp.dev)]
+                        m.d.sync += [st.d_hit.eq(1), st.d_ppn.eq(rsp.pa[pb:g.pa_bits]),
+                                     st.d_dev.eq(rsp.dev)]
                     with m.Else():
-                        m.d.sync += [s_hit.eq(1), s_ppn.eq(rsp.pa[pb:g.pa_bits])]
+                        m.d.sync += [st.s_hit.eq(1), st.s_ppn.eq(rsp.pa[pb:g.pa_bits])]
                     m.next = "LOOKUP"
             with m.State("FAULT"):
-                m.d.comb += [self.cmd.valid.eq(1), cmd.kind.eq(CmdKind.FAULT),
+                m.d.comb += [cmd.kind.eq(CmdKind.FAULT),
                              cmd.body.fault.ctx.eq(ck.ctx), cmd.body.fault.va.eq(va),
-                             cmd.body.fault.cause.eq(cause), take.eq(self.cmd.ready)]
-                with m.If(self.cmd.ready):
+                             cmd.body.fault.cause.eq(cause)]
+                with m.If(cmd_out.ready):
                     m.next = "LOOKUP"
+        return rsp, fill, faulting, side
 
-        self._fill_caches(m, (s_w, s_valid), (d_w, d_valid), ck, rsp, fill, side)
-        m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
-        return m
-
-    def _fill_caches(self, m, src, dst, ck, rsp, fill, side):
+    def _fill_caches(self, m, src, dst, ck, rsp, fill, side, flush):
         """Write an answered translation into the source or destination
-        cache of the chunk's channel; ``flush`` empties both."""
+        cache of the chunk's channel; ``flush`` (registered: the input comes
+        from far away) empties both."""
         g, pb = self._g, self._g.page_bits
         (s_w, s_valid), (d_w, d_valid) = src, dst
         m.d.comb += [
@@ -183,5 +214,5 @@ class Translator(wiring.Component):
             m.d.sync += d_valid.eq(d_valid | (1 << ck.chan))
         with m.If(fill & ~side):
             m.d.sync += s_valid.eq(s_valid | (1 << ck.chan))
-        with m.If(self.flush):
+        with m.If(flush):
             m.d.sync += [s_valid.eq(0), d_valid.eq(0)]

@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import counter_shape
+from ..lib import RegisterSlice, counter_shape
 from .layouts import CmdKind, Command, DmaFault, DmaWrite, Event, Retire
 
 __all__ = ["Writer"]
@@ -22,17 +22,19 @@ class Writer(wiring.Component):
     first and last beats have partial byte enables. When ``s > d`` the
     first word must be in the window's low half before the first beat: the
     writer spends a cycle taking it, unless the command is marked ``reuse``
-    (that word is the previous command's last, still held). A command is
-    decoded (those line ends, the shift, the byte enables) in the cycle after
-    it is taken, off the queue's LUT RAM read, and starts as the current one
-    leaves.
+    (that word is the previous command's last, still held). Commands are
+    decoded (those line ends, the shift, the byte enables) as they are taken,
+    off the queue's LUT RAM read, into a late-ready
+    :class:`hw.lib.RegisterSlice` (two decoded commands besides the one
+    being written); the next one starts as the current one's last beat
+    goes.
 
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
-    waits for it to be taken; an ``EMPTY`` command passes in a cycle. Every
-    command leaving the writer (a ``DATA`` command with its last beat) is
-    reported on ``retire`` in the next cycle, every accepted beat on ``beat``
-    in its cycle.
+    waits for it to be taken (the next command starts a cycle after that);
+    an ``EMPTY`` command passes in a cycle. Every command leaving the writer
+    (a ``DATA`` command with its last beat) is reported on ``retire`` in the
+    next cycle, every accepted beat on ``beat`` in its cycle.
 
     Parameters
     ----------
@@ -76,6 +78,9 @@ class Writer(wiring.Component):
             "cmd": Command(g), "addr": g.mem_addr_width,
             "beats": counter_shape(g.burst_len),       # beats left
             "words": counter_shape(g.burst_len + 1),   # words left to take
+            # the channel again, inverted (so synthesis keeps both): the ack check's
+            # own copy, apart from the one every beat's payload loads
+            "chan_n": g.chan_bits,
             **masks,
         })
         return dec, cur
@@ -86,12 +91,17 @@ class Writer(wiring.Component):
         B, W = g.bytes_per_word, g.data_width
         ones = Const((1 << B) - 1, B)
 
-        # the next command, decoded a cycle ahead (off the queue's LUT RAM read)
+        # the next commands, decoded as they arrive (off the queue's LUT RAM read)
+        # into a late-ready slice: a command's start (``load``, late: it follows
+        # ``wr.ready``) reaches the slice's pointers and ``cur``, not the read
+        # queue's read side or the decoded command's enables
         dec_layout, cur_layout = self._layouts()
-        dec_valid, dec = Signal(), Signal(dec_layout)
+        m.submodules.decoded = decoded = RegisterSlice(dec_layout, late_ready=True)
+        self._decode(m, decoded.i)
+        dec_valid, dec = decoded.o.valid, decoded.o.p
         cur = Signal(cur_layout)          # the command being written
         load = Signal()                   # ``cur`` takes ``dec``
-        self._decode(m, dec_valid, dec, load)
+        m.d.comb += decoded.o.ready.eq(load)
         # what the command does next, in flip-flops, so that a beat's go-ahead and
         # the next command's load are a few LUTs deep
         st = Signal(data.StructLayout({
@@ -107,7 +117,7 @@ class Writer(wiring.Component):
         fire = Signal()
         m.d.comb += [
             self.wr.valid.eq(st.beat_ok & (~st.need | self.data.valid)
-                             & ~self.ack_full.bit_select(cur.cmd.chan, 1)),
+                             & ~self.ack_full.bit_select(~cur.chan_n, 1)),
             fire.eq(self.wr.valid & self.wr.ready),
             self.wr.p.dev.eq(cur.cmd.body.move.dev),
             self.wr.p.addr.eq(cur.addr),
@@ -131,8 +141,11 @@ class Writer(wiring.Component):
                 m.d.comb += self.data.ready.eq(1)
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1)]
 
-        retiring = self._retire(m, cur.cmd, st, fire & st.last)
-        m.d.comb += load.eq(st.idle | retiring)
+        self._retire(m, cur.cmd, st, fire & st.last)
+        # the next command starts with the last beat or from idle (a FAULT
+        # command, once its record is taken, leaves through idle): ``fault.ready``
+        # is not in ``load``, ``wr.ready`` enters it last
+        m.d.comb += load.eq(st.idle | (st.last & self.wr.valid & self.wr.ready))
         with m.If(load):
             self._load(m, dec_valid, dec, cur, st)
         return m
@@ -145,7 +158,8 @@ class Writer(wiring.Component):
         is_data = dec_valid & (kind == CmdKind.DATA)
         take_first = dec.s_after_d & ~dec.cmd.reuse
         m.d.sync += [
-            cur.cmd.eq(dec.cmd), cur.addr.eq(dec.addr), cur.shift.eq(dec.shift),
+            cur.cmd.eq(dec.cmd), cur.chan_n.eq(~dec.cmd.chan), cur.addr.eq(dec.addr),
+            cur.shift.eq(dec.shift),
             cur.be_first.eq(dec.be_first), cur.be_last.eq(dec.be_last),
             # ceil(end / B) beats and words, less the reused word
             cur.beats.eq((dec.end_d + (B - 1)) >> wb),
@@ -160,9 +174,10 @@ class Writer(wiring.Component):
             st.idle.eq(~dec_valid | (kind == CmdKind.EMPTY)),
         ]
 
-    def _decode(self, m, dec_valid, dec, load):
-        """Take the next command into ``dec``: the ends of its source and destination
-        bytes in their first word, the shift, and the first and last byte enables."""
+    def _decode(self, m, out):
+        """Pass the next command to ``out`` with the ends of its source and
+        destination bytes in their first word, the shift, and the first and last
+        byte enables."""
         g = self._g
         B, wb = g.bytes_per_word, g.word_bits
         ones = Const((1 << B) - 1, B)
@@ -170,28 +185,29 @@ class Writer(wiring.Component):
         mv = c.body.move
         end_d = Signal(g.len_bits + 1)
         diff = Signal(wb)
-        m.d.comb += [end_d.eq(mv.dst[:wb] + mv.len), diff.eq(mv.src[:wb] - mv.dst[:wb]),
-                     self.cmd.ready.eq(~dec_valid | load)]
-        with m.If(self.cmd.ready):
-            m.d.sync += [
-                dec_valid.eq(self.cmd.valid), dec.cmd.eq(c), dec.addr.eq(mv.dst[wb:]),
-                dec.end_s.eq(mv.src[:wb] + mv.len), dec.end_d.eq(end_d),
-                dec.s_after_d.eq(mv.src[:wb] > mv.dst[:wb]),
-                # (s - d) mod B, with 0 as B (the window's high word in full)
-                dec.shift.eq(Cat(diff, diff == 0)),
-                dec.be_first.eq(ones << mv.dst[:wb]),
-                # the last beat's lanes below ``end_d % B`` (all when that is 0)
-                dec.be_last.eq(Mux(end_d[:wb] == 0, ones, ~(ones << end_d[:wb]))),
-            ]
+        m.d.comb += [
+            end_d.eq(mv.dst[:wb] + mv.len), diff.eq(mv.src[:wb] - mv.dst[:wb]),
+            out.valid.eq(self.cmd.valid), self.cmd.ready.eq(out.ready),
+            out.p.cmd.eq(c), out.p.addr.eq(mv.dst[wb:]),
+            out.p.end_s.eq(mv.src[:wb] + mv.len), out.p.end_d.eq(end_d),
+            out.p.s_after_d.eq(mv.src[:wb] > mv.dst[:wb]),
+            # (s - d) mod B, with 0 as B (the window's high word in full)
+            out.p.shift.eq(Cat(diff, diff == 0)),
+            out.p.be_first.eq(ones << mv.dst[:wb]),
+            # the last beat's lanes below ``end_d % B`` (all when that is 0)
+            out.p.be_last.eq(Mux(end_d[:wb] == 0, ones, ~(ones << end_d[:wb]))),
+        ]
 
     def _retire(self, m, cmd, st, last_beat):
-        """Fault records and retirement; returns "the command leaves in this cycle"."""
+        """Fault records and retirement."""
         f = cmd.body.fault
         m.d.comb += [
             self.fault.valid.eq(st.fault),
             self.fault.p.chan.eq(cmd.chan), self.fault.p.ctx.eq(f.ctx),
             self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
         ]
+        with m.If(st.fault & self.fault.ready):
+            m.d.sync += [st.fault.eq(0), st.idle.eq(1)]
         retiring = Signal()
         m.d.comb += retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready))
         # ``retire`` is registered, so the accounting starts from flip-flops. The
@@ -201,4 +217,3 @@ class Writer(wiring.Component):
         m.d.sync += [self.retire.valid.eq(retiring),
                      rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
                      rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause)]
-        return retiring
