@@ -14,11 +14,12 @@ __all__ = ["DescriptorFeeder"]
 class DescriptorFeeder(wiring.Component):
     """Queues descriptors per channel and feeds them to the DMA.
 
-    Descriptors enter through a :class:`hw.lib.RegisterSlice` (``w.ready`` is
-    its register, so a COPY retires without waiting on the queue its word
-    names) and reach their channel's queue a cycle later; a channel with a
-    descriptor in the slice is not ``done`` (a held skid entry counts for
-    every channel).
+    Descriptors enter through a late-ready :class:`hw.lib.RegisterSlice`
+    (``w.ready`` comes from its registers, so a COPY retires without waiting
+    on the queue its word names) and reach their channel's queue a cycle
+    later; a channel with a descriptor in the slice is not ``done`` (with
+    both of the slice's entries full, every channel counts as having one).
+
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
     others). The queues read first-word fall-through (LUT RAM read
@@ -96,14 +97,16 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        # descriptors enter through a skid slice: the queues' write side (and
+        # descriptors enter through a slice: the queues' write side (and
         # their levels) start from its registers, and the COPY's retire waits
         # only on its ready flip-flop, never on a queue chosen by the word
-        m.submodules.w_slice = w_slice = RegisterSlice(layout)
+        # (late-ready: a queue's late ``w.ready`` reaches the slice's pointers, not
+        # the enables of its entries)
+        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True)
         wiring.connect(m, wiring.flipped(self.w), w_slice.i)
         w = w_slice.o
-        # a channel with a descriptor in the slice is not done (a full skid entry,
-        # of any channel, counts for every channel: never done too early)
+        # a channel with a descriptor in the slice is not done (with both entries
+        # full, the younger one counts for every channel: never done too early)
         in_slice = Signal(C)
         m.d.comb += in_slice.eq(Mux(w.valid, 1 << w.p.chan, 0)
                                    | Mux(w_slice.i.ready, 0, (1 << C) - 1))
@@ -161,7 +164,9 @@ class DescriptorFeeder(wiring.Component):
                 eligible[c].eq(q.r.valid & ((slots > in_flight) | st[c].error)
                                & ~chosen[c] & ~flushed),
                 arb.requests[c].eq(eligible[c] & ~self.flush),
-                pop.eq(chosen[c] & ~offer_valid & ~self.flush),
+                # (a flush reads every queue anyway, and its branches take
+                # priority wherever ``pop`` counts)
+                pop.eq(chosen[c] & ~offer_valid),
                 q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
