@@ -24,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .lib import ParkedRoundRobin, RegisterSlice, check_bus_width, index_bits
+from .lib.arbiter import _pick_after
 
 __all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
@@ -133,6 +134,16 @@ endmodule
 """
 
 
+class _Answer(data.StructLayout):
+    """A read response in a :meth:`BankedMemory._logical_reads` slice: the
+    ``word`` and a one-bit ``mark`` the slice treats as urgent, so that its
+    ``o.valid`` reads a copy of the read pointer of its own (a few loads)
+    rather than the one selecting every bit of the word: a reader decides
+    with ``rsp.valid``."""
+    def __init__(self, data_width):
+        super().__init__({"word": data_width, "mark": 1})
+
+
 class BankedMemory(wiring.Component):
     """Word-interleaved banked SRAM with byte-enable writes.
 
@@ -169,7 +180,9 @@ class BankedMemory(wiring.Component):
         Register every path between the block RAMs and the fabric, for an
         FPGA whose block RAMs spread a word across the chip: each read
         port's requests and responses pass a :class:`~hw.lib.RegisterSlice`
-        (a read answers three cycles after its request, at full rate), and
+        (with ``shared_read``, one slice after the arbiter takes the granted
+        requests; a read answers three cycles after its request, at full
+        rate), and
         the physical write port's request a register (a write takes effect
         at the edge after the one that accepts it, so a read accepted after
         a write still sees it).
@@ -288,7 +301,13 @@ class BankedMemory(wiring.Component):
 
     @staticmethod
     def _read_control(m, p, port, bank_bits):
-        """Handshake of read port p: (bank select of the word in flight, accept)."""
+        """Handshake of read port p: (bank select of the word in flight,
+        accept). The block RAMs read at every accepting edge, requested or
+        not (their read enable is ``accept``, not ``accept & req.valid``): a
+        read nobody asked for leaves ``rsp.valid`` low, so its word is never
+        seen, and the enable, which drives every block RAM, does not wait on
+        the request's valid (with ``shared_read`` a multiplexer behind the
+        arbiter's grant)."""
         rsp_valid = Signal(name=f"rsp_valid{p}")
         sel = Signal(index_bits(1 << bank_bits), name=f"rsp_bank{p}")
         accept = Signal(name=f"accept{p}")
@@ -312,53 +331,132 @@ class BankedMemory(wiring.Component):
 
     def _logical_reads(self, m):
         """The read ports as the banks' side sees them: each port itself, or
-        (``registered``) the far side of a request and a response slice."""
+        (``registered``) the far side of a request and a response slice. The
+        response slices are two-register queues (``late_ready``): a reader's
+        ``rsp.ready``, often late, reaches their pointers, not the enables of
+        every data flip-flop, and ``rsp.valid`` comes from a pointer of its
+        own (see :class:`_Answer`). With ``shared_read`` (more than one port) the
+        requests are registered after the arbiter instead (see
+        :meth:`_physical_reads`), so here they pass straight through."""
         ports = [self.read[p] for p in range(self._read_ports)]
         if not self._registered:
             return ports
+        shared = self._shared_read and len(ports) > 1
         inner = []
         sig = ReadPortSignature(self._addr_width, self._data_width)
         for p, port in enumerate(ports):
-            m.submodules[f"read{p}_req"] = req = RegisterSlice(self._addr_width)
-            m.submodules[f"read{p}_rsp"] = rsp = RegisterSlice(self._data_width)
             far = sig.flip().create(path=(f"read{p}_inner",))
-            wiring.connect(m, wiring.flipped(port.req), req.i)
-            wiring.connect(m, rsp.o, wiring.flipped(port.rsp))
-            m.d.comb += [far.req.valid.eq(req.o.valid), far.req.p.eq(req.o.p),
-                         req.o.ready.eq(far.req.ready),
-                         rsp.i.valid.eq(far.rsp.valid), rsp.i.p.eq(far.rsp.p),
-                         far.rsp.ready.eq(rsp.i.ready)]
+            if shared:
+                wiring.connect(m, wiring.flipped(port.req), far.req)
+            else:
+                m.submodules[f"read{p}_req"] = req = RegisterSlice(self._addr_width)
+                wiring.connect(m, wiring.flipped(port.req), req.i)
+                m.d.comb += [far.req.valid.eq(req.o.valid), far.req.p.eq(req.o.p),
+                             req.o.ready.eq(far.req.ready)]
+            m.submodules[f"read{p}_rsp"] = rsp = RegisterSlice(_Answer(self._data_width),
+                                                               late_ready=True,
+                                                               urgent=("mark",))
+            m.d.comb += [rsp.i.valid.eq(far.rsp.valid), rsp.i.p.word.eq(far.rsp.p),
+                         rsp.i.p.mark.eq(1), far.rsp.ready.eq(rsp.i.ready),
+                         port.rsp.valid.eq(rsp.o.valid), port.rsp.p.eq(rsp.o.p.word),
+                         rsp.o.ready.eq(port.rsp.ready)]
             inner.append(far)
         return inner
+
+    @staticmethod
+    def _parked_grant(m, requests, hold):
+        """A :class:`~hw.lib.ParkedRoundRobin` grant built here, so that its
+        next value is at hand: returns ``(grant, grant_next)`` (one-hot; the
+        same policy: the first requester after the holder, the holder last,
+        home to 0 when idle, kept while ``hold``)."""
+        n = len(requests)
+        grant = Signal(n, init=1, name="shared_r_grant")
+        grant_next = Signal(n, name="shared_r_grant_next")
+        m.d.comb += grant_next.eq(grant)
+        with m.If(~hold):
+            m.d.comb += grant_next.eq(1)
+            for g in range(n):
+                with m.If(grant[g]):
+                    _pick_after(m, "comb", g, requests, n, lambda c: grant_next.eq(1 << c))
+        m.d.sync += grant.eq(grant_next)
+        return grant, grant_next
 
     def _physical_reads(self, m):
         """The read ports the banks serve: each port as it is, or
         (``shared_read``) one port whose requests a parked round-robin
         arbiter takes from the ports (its grant a register, held while the
         granted request waits) and whose responses go back to the port that
-        asked."""
+        asked. With ``registered`` too, the granted request (its address and
+        the asking port) enters one register slice before the block RAMs, in
+        place of a slice per port: the same three cycles, and the block RAMs'
+        address (and the read-first logic synthesis builds around it, which
+        compares it with the write address) comes one multiplexer from
+        flip-flops, not through the multiplexers behind the grant. Each
+        port's ``req.ready`` is then a flip-flop of its own (its next grant
+        and the slice's next room), and a request waits at its port until
+        granted."""
         ports = self._logical_reads(m)
         if not self._shared_read or len(ports) == 1:
             return ports
+        n = len(ports)
         phys = ReadPortSignature(self._addr_width, self._data_width).flip().create(
             path=("shared_r",))
-        m.submodules.read_arbiter = rr = ParkedRoundRobin(len(ports))
-        owner = Signal(range(max(2, len(ports))), name="shared_r_owner")
-        granted = Signal.like(owner, name="shared_r_granted")
-        m.d.comb += [rr.requests.eq(Cat(*[port.req.valid for port in ports])),
-                     rr.hold.eq(phys.req.valid & ~phys.req.ready)]
+        asked = data.StructLayout({"addr": self._addr_width, "port": range(max(2, n))})
+        requests = Cat(*[port.req.valid for port in ports])
+        room = Signal(init=1, name="shared_r_room")       # the next stage takes a request
+        hold = Signal(name="shared_r_hold")
+        grant, grant_next = self._parked_grant(m, requests, hold)
+        granted = Signal(asked, name="shared_r_granted")
+        granted_valid = Signal(name="shared_r_granted_valid")
         for p, port in enumerate(ports):
-            with m.If(rr.grant[p]):
-                m.d.comb += [granted.eq(p), phys.req.valid.eq(port.req.valid),
-                             phys.req.p.eq(port.req.p)]
-            m.d.comb += port.req.ready.eq(rr.grant[p] & phys.req.ready)
+            with m.If(grant[p]):
+                m.d.comb += [granted_valid.eq(port.req.valid), granted.addr.eq(port.req.p),
+                             granted.port.eq(p)]
+        m.d.comb += hold.eq(granted_valid & ~room)
+        if self._registered:
+            asker = self._shared_request(m, phys, asked, granted, granted_valid, room,
+                                         grant_next, ports)
+        else:
+            m.d.comb += [phys.req.valid.eq(granted_valid), phys.req.p.eq(granted.addr),
+                         room.eq(phys.req.ready)]
+            m.d.comb += [port.req.ready.eq(grant[p] & room) for p, port in enumerate(ports)]
+            asker = granted.port
+        owner = Signal(range(max(2, n)), name="shared_r_owner")
+        for p, port in enumerate(ports):
             with m.If(owner == p):
                 m.d.comb += phys.rsp.ready.eq(port.rsp.ready)
             m.d.comb += [port.rsp.valid.eq(phys.rsp.valid & (owner == p)),
                          port.rsp.p.eq(phys.rsp.p)]
-        with m.If(phys.req.valid & phys.req.ready):
-            m.d.sync += owner.eq(granted)
+        # the owner follows every accepting edge, request or not: without
+        # one, no response is valid, so whom it would go to does not matter
+        with m.If(phys.req.ready):
+            m.d.sync += owner.eq(asker)
         return [phys]
+
+    @staticmethod
+    def _shared_request(m, phys, asked, granted, granted_valid, room, grant_next, ports):
+        """The granted request through one register slice to ``phys``: a
+        two-register queue whose entries load while free, so a port's late
+        request valid reaches its pointers only, not the enables of every
+        address flip-flop; the address reads a copy of the read pointer of its
+        own (it drives every block RAM). ``room`` (the slice is not full) and
+        each port's ``req.ready`` (= its grant and ``room``) are flip-flops
+        computed a cycle early from a count of the slice's entries. Returns
+        the port that asked for the request ``phys`` offers."""
+        m.submodules.read_shared_req = req = RegisterSlice(asked, late_ready=True,
+                                                           urgent=("addr",))
+        m.d.comb += [req.i.valid.eq(granted_valid), req.i.p.eq(granted),
+                     phys.req.valid.eq(req.o.valid), phys.req.p.eq(req.o.p.addr),
+                     req.o.ready.eq(phys.req.ready)]
+        held = Signal(range(3), name="shared_r_held")     # the slice's entries
+        held_next = Signal.like(held)
+        m.d.comb += held_next.eq(held + (granted_valid & room) - (req.o.valid & req.o.ready))
+        m.d.sync += [held.eq(held_next), room.eq(held_next != 2)]
+        for p, port in enumerate(ports):
+            ready = Signal(init=int(p == 0), name=f"shared_r_ready{p}")
+            m.d.sync += ready.eq(grant_next[p] & (held_next != 2))
+            m.d.comb += port.req.ready.eq(ready)
+        return req.o.p.port
 
     def _physical_writes(self, m):
         """The write requests that reach the memory: each port as it is, or
@@ -412,7 +510,7 @@ class BankedMemory(wiring.Component):
                 waddr.append(req.addr[bank_bits:][:abits])
                 wdata.append(req.data)
             for p, (port, _sel, accept) in enumerate(rsp):
-                re.append(accept & port.req.valid)
+                re.append(accept)                 # see _read_control
                 raddr.append(port.req.p[bank_bits:][:abits])
             rdata = Signal(W * len(rsp), name=f"b{b}_rdata")
             m.submodules[f"bank{b}"] = Instance(
@@ -454,7 +552,7 @@ class BankedMemory(wiring.Component):
                 rp = mem.read_port(transparent_for=())
                 m.d.comb += [
                     rp.addr.eq(port.req.p[bank_bits:]),
-                    rp.en.eq(accept & port.req.valid),
+                    rp.en.eq(accept),                 # see _read_control
                 ]
                 rdata.append(rp.data)
             self._select_bank(m, port, sel, rdata, bank_bits)

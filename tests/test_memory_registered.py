@@ -114,3 +114,68 @@ def test_random_access(banks, rports, wports, shared):
     run_simulation(mem, [tb])
     assert not errors, errors[:5]
     assert min(got) > 100
+
+
+def test_shared_registered_reads_keep_latency_and_rate():
+    """The board's memory: three read ports share one physical port behind
+    one request slice. With every port requesting every cycle and every
+    response taken, one request is taken a cycle (never two), each answers
+    ``read_latency`` cycles after it was taken, and each port gets its words
+    in order."""
+    init = bytes(range(256))
+    mem = BankedMemory(data_width=32, size=256, read_ports=3, registered=True,
+                       shared_read=True, init=init)
+    taken, answered = [[] for _ in range(3)], [[] for _ in range(3)]
+
+    async def tb(ctx):
+        nxt = [16 * p for p in range(3)]
+        for p in range(3):
+            ctx.set(mem.read[p].rsp.ready, 1)
+            ctx.set(mem.read[p].req.valid, 1)
+        for cycle in range(40):
+            for p in range(3):
+                ctx.set(mem.read[p].req.p, nxt[p])
+            sample = []
+            for p in range(3):
+                sample += [mem.read[p].req.ready, mem.read[p].rsp.valid, mem.read[p].rsp.p]
+            _, _, *vals = await ctx.tick().sample(*sample)
+            assert sum(vals[3 * p] for p in range(3)) <= 1, "two requests taken in one cycle"
+            for p in range(3):
+                rq, rv, data = vals[3 * p:3 * p + 3]
+                if rq:
+                    taken[p].append((cycle, nxt[p]))
+                    nxt[p] += 1
+                if rv:
+                    answered[p].append((cycle, data))
+
+    run_simulation(mem, [tb])
+    word = [int.from_bytes(init[4 * a:4 * a + 4], "little") for a in range(64)]
+    assert sum(len(t) for t in taken) >= 37               # one a cycle after the first
+    for p in range(3):
+        assert len(taken[p]) >= 12                         # round robin: each gets a turn
+        got = answered[p]
+        assert [c for c, _ in got] == [c + mem.read_latency for c, _ in taken[p]][:len(got)]
+        assert [d for _, d in got] == [word[a] for _, a in taken[p]][:len(got)]
+
+
+def test_shared_registered_request_ready_is_a_register():
+    """The board's shared read port: a port's ``req.ready`` comes from a
+    flip-flop, so within a cycle it does not follow any port's request valid
+    or response ready (the DMA's read request decides with it); it is high
+    for exactly the granted port while the request slice has room."""
+    mem = BankedMemory(data_width=32, size=64, read_ports=3, registered=True, shared_read=True)
+    rng = random.Random(4)
+
+    async def tb(ctx):
+        for cycle in range(60):
+            ready = [ctx.get(mem.read[p].req.ready) for p in range(3)]
+            assert sum(ready) <= 1, "two ports ready at once"
+            for _ in range(3):                       # same cycle, other inputs
+                for p in range(3):
+                    ctx.set(mem.read[p].req.valid, rng.random() < 0.6)
+                    ctx.set(mem.read[p].req.p, rng.randrange(16))
+                    ctx.set(mem.read[p].rsp.ready, rng.random() < 0.3)
+                assert [ctx.get(mem.read[p].req.ready) for p in range(3)] == ready
+            await ctx.tick()
+
+    run_simulation(mem, [tb])

@@ -238,8 +238,7 @@ class ReduceOnWrite(wiring.Component):
         written = self.wr.valid & self.wr.ready
         # beats admitted and not yet written: the adders' and the queue's
         unwritten = Signal(range(limit + 1))
-        room = Signal()
-        m.d.comb += room.eq(unwritten != limit)
+        room = Signal(init=1)                 # unwritten != limit, in a flip-flop of its own
 
         # ---- beats arrive through a register slice, so that the queue, the
         # read request and the hazard probe start from flip-flops, not from
@@ -264,24 +263,30 @@ class ReduceOnWrite(wiring.Component):
         # kept in registers: the hazard probe's next address is one mux from them
         next_at = Signal(range(n), name="next_at", init=1 % n)
         next_addr = Signal(A)                 # = entry[next_at].addr
+        # count's decodes kept in flip-flops of their own: they gate the read
+        # request, the entries' wide load enables and the probe's load
         several = Signal()                    # count > 1
+        empty = Signal(init=1)                # count == 0
+        full = Signal()                       # count == n
+        # free[k]: entry k is the tail and free (tail_at == k and not full),
+        # one-hot; it enables every bit of the entry
+        free = [Signal(name=f"q_free{k}", init=int(k == 0)) for k in range(n)]
         consume = Signal()                    # the head goes into the adders
-        full = Signal()
         m.d.comb += [
-            full.eq(count == n),
             self.rd.req.valid.eq(new.valid & ~full),
             self.rd.req.p.eq(new.p.addr),
             new.ready.eq(self.rd.req.ready & ~full),
         ]
         accept = new.valid & new.ready
         count_next = Signal.like(count)
-        m.d.comb += count_next.eq(count + accept - consume)
-        m.d.sync += [count.eq(count_next), several.eq(count_next > 1)]
-        with m.If(accept):
-            m.d.sync += tail_at.eq(after(tail_at))
+        tail_next = Signal.like(tail_at)
+        m.d.comb += [count_next.eq(count + accept - consume),
+                     tail_next.eq(Mux(accept, after(tail_at), tail_at))]
+        m.d.sync += [count.eq(count_next), several.eq(count_next > 1),
+                     empty.eq(count_next == 0), full.eq(count_next == n), tail_at.eq(tail_next)]
+        m.d.sync += [free[k].eq((tail_next == k) & (count_next != n)) for k in range(n)]
         with m.If(consume):
             m.d.sync += [head_at.eq(after(head_at)), next_at.eq(after(next_at))]
-        free = [(tail_at == k) & ~full for k in range(n)]       # the tail entry, if free
         self._load_entries(m, (entry, dirty, kept), free, new, out, lands_on)
         # the address each entry holds after this edge (the free tail entry
         # loads the arriving beat); both of next_at's possible successors are
@@ -289,7 +294,9 @@ class ReduceOnWrite(wiring.Component):
         upcoming = Array([Mux(free[k], new.p.addr, entry[k].addr) for k in range(n)])
         m.d.sync += next_addr.eq(Mux(consume, upcoming[after(next_at)], upcoming[next_at]))
 
-        m.d.sync += unwritten.eq(unwritten + consume - written)
+        unwritten_next = Signal.like(unwritten)
+        m.d.comb += unwritten_next.eq(unwritten + consume - written)
+        m.d.sync += [unwritten.eq(unwritten_next), room.eq(unwritten_next != limit)]
 
         # ---- the addresses of the unwritten beats (the one being written included)
         # the probe is the head's address, set as the head changes: to the
@@ -300,7 +307,7 @@ class ReduceOnWrite(wiring.Component):
         m.d.comb += [
             inflight.push.eq(consume), inflight.push_addr.eq(0),
             inflight.pop.eq(written),
-            inflight.load.eq(consume | (count == 0)),
+            inflight.load.eq(consume | empty),
             inflight.load_addr.eq(Mux(several, next_addr, new.p.addr)),
             inflight.skip_oldest.eq(0),
         ]
@@ -310,7 +317,7 @@ class ReduceOnWrite(wiring.Component):
         offered = Signal()                    # the head has its word, no hazard, room
         m.d.comb += [
             old.eq(Mux(Array(dirty)[head_at], Array(kept)[head_at], self.rd.rsp.p)),
-            offered.eq((count != 0) & self.rd.rsp.valid & ~inflight.hit & room),
+            offered.eq(~empty & self.rd.rsp.valid & ~inflight.hit & room),
             consume.eq(offered & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
             f32.i.valid.eq(offered),
