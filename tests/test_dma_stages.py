@@ -555,6 +555,57 @@ def test_reader_decodes_two_ahead():
     assert got["taken"] == 2 and got["tags"] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("width", [32, 64])
+def test_reader_decode(width):
+    """Each decoded command carries its read count and the issue state its
+    start loads (nothing compared behind the decoded slice's multiplexer):
+    every source byte, destination byte and length of a chunk, with and
+    without a reused first word, against the arithmetic they replace."""
+    from amaranth.hdl import Module
+    from amaranth.lib import stream
+    from amaranth.sim import Simulator
+
+    g = geometry(width=width, burst_len=8)
+    B, span = g.bytes_per_word, g.burst_len * g.bytes_per_word
+    dut = Reader(g, outstanding=4)
+    m = Module()
+    out = stream.Signature(dut._dec_layout()).flip().create()
+    dut._decode(m, out)
+    cases = [(d, s, n, cont) for d in range(B) for s in range(B) for n in range(1, span - s + 1)
+             for cont in (0, 1)]
+    random.Random(10).shuffle(cases)
+    bad = []
+
+    def move(s, d, n, cont):
+        return dict(kind=CmdKind.DATA, chan=1, last=1, tag=0, cont=cont, reuse=0,
+                    body={"move": dict(src=0x40 + s, dst=0x80 + d, dev=0, len=n)})
+
+    async def main(ctx):
+        ctx.set(out.ready, 1)
+        ctx.set(dut.cmd.valid, 1)
+        ctx.set(dut.cmd.p, move(0, 0, 4, 0))       # a DATA command of the channel before
+        await ctx.tick()
+        ctx.set(dut.cmd.valid, 0)
+        for d, s, n, cont in cases[:600]:
+            ctx.set(dut.cmd.p, move(s, d, n, cont))
+            reuse = int(cont and s > d)
+            extra = (s + n - 1) // B
+            want = dict(reuse=reuse, left=extra + 1 - reuse, data=1,
+                        busy=int(not reuse or extra != 0), one_left=int(extra == reuse),
+                        jump=1 - reuse)
+            p = out.p
+            got = dict(reuse=ctx.get(p.cmd.reuse), left=ctx.get(p.left),
+                       **{k: ctx.get(p.start[k]) for k in ("data", "busy", "one_left", "jump")})
+            if got != want:
+                bad.append(((d, s, n, cont), got, want))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(main)
+    sim.run()
+    assert not bad, bad[:3]
+
+
 def test_reader_fills_its_read_credits():
     """With the read data not taken exactly ``outstanding`` reads issue (the
     credit limit is a flip-flop of its own); each word taken lets one more go."""
@@ -712,6 +763,57 @@ def test_writer_fault_leaves_through_idle():
 
     run_simulation(dut, [main], [producer])
     assert cycles[1] - cycles[0] == 2 and cycles[2] - cycles[1] == 1
+
+
+@pytest.mark.parametrize("width", [32, 64])
+def test_writer_decode(width):
+    """Each decoded command carries the counts and the starting state the
+    writer loads as they are (nothing is worked out behind the decoded slice's
+    multiplexer): every destination byte, source byte and length of a chunk
+    against the arithmetic they replace."""
+    from amaranth.hdl import Module
+    from amaranth.lib import stream
+    from amaranth.sim import Simulator
+
+    g = geometry(width=width, burst_len=8)
+    B, span = g.bytes_per_word, g.burst_len * g.bytes_per_word
+    ones = (1 << B) - 1
+    dut = Writer(g)
+    m = Module()
+    out = stream.Signature(dut._layouts()[0]).flip().create()
+    dut._decode(m, out)
+    cases = [(d, s, n, reuse) for d in range(B) for s in range(B) for n in range(1, span - d + 1)
+             for reuse in (0, 1) if not reuse or s > d]
+    random.Random(9).shuffle(cases)
+    bad = []
+
+    async def main(ctx):
+        for d, s, n, reuse in cases[:600]:
+            ctx.set(dut.cmd.p, dict(kind=CmdKind.DATA, chan=0, last=1, tag=0, cont=reuse,
+                                    reuse=reuse,
+                                    body={"move": dict(src=0x40 + s, dst=0x80 + d, dev=0, len=n)}))
+            p = out.p
+            beats, words = -(-(d + n) // B), -(-(s + n) // B) - reuse
+            take_first = s > d and not reuse
+            e = (d + n) % B
+            want = dict(addr=0x80 // B, beats=beats, words=words, shift=(s - d) % B or B,
+                        be_first=ones << d & ones, be_last=(1 << e) - 1 if e else ones,
+                        last=beats == 1, need=beats > 1 or not reuse or words + reuse > 1,
+                        last_ok=beats == 1 and not take_first,
+                        wants_first=take_first, beat_ok=not take_first,
+                        empty=0, fault=0, idle=0)
+            got = dict(addr=ctx.get(p.addr), beats=ctx.get(p.beats), words=ctx.get(p.words),
+                       shift=ctx.get(p.shift), be_first=ctx.get(p.be_first),
+                       be_last=ctx.get(p.be_last),
+                       **{k: ctx.get(p.start[k]) for k in ("last", "last_ok", "need", "wants_first",
+                                                            "beat_ok", "empty", "fault", "idle")})
+            if got != {k: int(v) for k, v in want.items()}:
+                bad.append(((d, s, n, reuse), got, want))
+
+    sim = Simulator(m)
+    sim.add_testbench(main)
+    sim.run()
+    assert not bad, bad[:3]
 
 
 # ----------------------------------------------------------------- completion

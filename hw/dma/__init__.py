@@ -56,6 +56,8 @@ does the accounting. Each stage is a ``wiring.Component``; they are joined by ty
   into the read-data queue; marks commands whose first word is already held.
 * :mod:`.writer` :class:`Writer`: the realigning shifter and byte enables;
   fault records.
+* :mod:`.decode`: the reader's and writer's word and beat counts as small
+  tables (no carry chain on a command's low address bits).
 * :mod:`.completion` :class:`Completion`: in-flight and acknowledgement
   counts, done counts and tags, errors, status.
 * :mod:`.layouts`: the port and inter-stage payloads, and
@@ -73,15 +75,20 @@ descriptor costs its channel one grant (and, when the same channel's grant
 arrives in the cycle its previous descriptor ends, one more cycle: the
 front end is given time to offer the next descriptor); the back-end never
 waits for it as long as earlier chunks are queued. The reader and the writer
-decode each command a cycle after taking it (registered for 125 MHz on an
-ECP5).
+decode each command as they take it, off their queue's LUT RAM read, into a
+two-entry register slice (:mod:`.decode`: the counts and the state a
+command starts in are worked out there, so the slice's output is loaded as
+it is), and start it from there (registered for 125 MHz on an ECP5).
 
 Translation
 -----------
-A chunk on the channel's cached source and destination pages passes in one
+The translator looks a chunk up as it takes it and registers the lookup: a
+chunk on the channel's cached source and destination pages leaves through
+the translator's output slice two cycles after it was taken, one chunk a
 cycle; otherwise the translator asks the MMU, source first, then
-destination. A descriptor's first chunk is always translated afresh, and
-``flush`` empties every cache. The first failing translation stops the
+destination, one request at a time. A descriptor's first chunk is always
+translated afresh, and ``flush`` empties every cache a cycle after it is
+seen (the translator registers it). The first failing translation stops the
 channel: a ``FAULT`` command carrying the record goes down the pipe behind the
 commands already translated, the channel's later chunks and descriptors are
 dropped, nothing after it is written, and the record leaves on ``fault``

@@ -79,17 +79,26 @@ class FrontEnd(wiring.Component):
         picked = Signal()              # the registered pick (grant.valid)
         chan = Signal(range(max(2, C)))
 
-        # descriptors in
+        # descriptors in: per channel, "its tail slot is free" and "it takes a
+        # descriptor now" are a LUT of flip-flops each, so ``desc.chan`` (an
+        # input, late) only picks one of them for the ring's wide write enable
         dp = self.desc.p
-        room = Signal()
-        m.d.comb += [room.eq(~Cat(*full).bit_select(Cat(tail.bit_select(dp.chan, 1), dp.chan), 1)),
-                     self.desc.ready.eq(1)]
+        room = Signal(C)               # per channel: its tail slot is free
+        ok = Signal(C)                 # per channel: room and not halted
+        take = Signal()                # the descriptor goes into the ring
         for c in range(C):
-            with m.If(dp.chan == c):
-                m.d.comb += self.desc.ready.eq(self.halt[c] | room)
-                with m.If(self.desc.valid & ~self.halt[c] & room):
-                    m.d.comb += ring_w.en.eq(1)
-                    m.d.sync += [full[c].bit_select(tail[c], 1).eq(1), tail[c].eq(~tail[c])]
+            m.d.comb += [room[c].eq(~full[c].bit_select(tail[c], 1)),
+                         ok[c].eq(room[c] & ~self.halt[c])]
+        m.d.comb += self.desc.ready.eq(1)   # a channel number past the last: dropped
+        with m.Switch(dp.chan):
+            for c in range(C):
+                with m.Case(c):
+                    m.d.comb += [self.desc.ready.eq(self.halt[c] | room[c]),
+                                 take.eq(self.desc.valid & ok[c])]
+        m.d.comb += ring_w.en.eq(take)
+        for c in range(C):
+            with m.If(take & (dp.chan == c)):
+                m.d.sync += [full[c].bit_select(tail[c], 1).eq(1), tail[c].eq(~tail[c])]
         m.d.comb += [
             ring_w.addr.eq(Cat(tail.bit_select(dp.chan, 1), dp.chan)),
             ring_w.data.ctx.eq(dp.ctx), ring_w.data.tag.eq(dp.tag),

@@ -2,12 +2,13 @@
 queue."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib import Queue, RegisterSlice, counter_shape
 from ..memory import ReadPortSignature
+from .decode import round_up_table
 from .layouts import CmdKind, Command
 
 __all__ = ["Reader"]
@@ -28,10 +29,12 @@ class Reader(wiring.Component):
     Reads are issued one a cycle, at most ``outstanding`` ahead of the
     writer: each read has a place in the read-data queue (first-word
     fall-through) before it is issued. Commands are decoded (``reuse``, the
-    word count) as they are taken, off the command queue's LUT RAM read, into
-    a late-ready :class:`hw.lib.RegisterSlice` (two decoded commands besides
-    the one reading); the next one starts (and passes on) in the cycle the
-    last read of the current one is issued. The issue state (reading, the
+    read count and the issue state they start in) as they are taken, off the
+    command queue's LUT RAM read (:mod:`.decode`: no carry chain on the low
+    address bits), into a late-ready :class:`hw.lib.RegisterSlice` (two
+    decoded commands besides the one reading); the next one starts (and
+    passes on) in the cycle the last read of the current one is issued, by
+    copying the slice's output. The issue state (reading, the
     last read, the credit limit) is kept in flip-flops.
 
     Parameters
@@ -78,11 +81,12 @@ class Reader(wiring.Component):
         # the next commands, decoded as they arrive (off the queue's LUT RAM read)
         # into a late-ready slice, and started as the last read of the current
         # one issues: the start reaches the slice's pointers, not the command
-        # queue's read side or a wide register's enable
-        most = g.burst_len + 1                # words of one chunk, at most
-        dec_layout = data.StructLayout({"cmd": Command(g), "extra": counter_shape(most - 1)})
-        m.submodules.decoded = decoded = RegisterSlice(dec_layout, late_ready=True,
-                                                       urgent=("extra",))
+        # queue's read side or a wide register's enable. What the start loads
+        # is worked out before the slice, so nothing is compared behind its
+        # multiplexer; the flags the issue state takes read a pointer copy of
+        # their own
+        m.submodules.decoded = decoded = RegisterSlice(self._dec_layout(), late_ready=True,
+                                                       urgent=("start",))
         self._decode(m, decoded.i)
         take = Signal()
         free = self._read(m, decoded.o.p, take)
@@ -93,6 +97,16 @@ class Reader(wiring.Component):
             decoded.o.ready.eq(take),
         ]
         return m
+
+    def _dec_layout(self):
+        """A decoded command: the command, its read count, and the issue state
+        it starts in (``data``: a ``DATA`` command, which loads the state)."""
+        most = self._g.burst_len + 1          # words of one chunk, at most
+        return data.StructLayout({
+            "cmd": Command(self._g), "left": counter_shape(most),
+            "start": data.StructLayout({"data": 1, "busy": 1, "one_left": 1,
+                                        "jump": 1}),   # ``addr`` takes the source word
+        })
 
     def _read(self, m, dec, take):
         """Issue the current command's reads; ``take`` starts ``dec``. Returns
@@ -123,14 +137,10 @@ class Reader(wiring.Component):
             m.d.comb += nxt["one_left"].eq(left == 2)
             with m.If(one_left):
                 m.d.comb += nxt["busy"].eq(0)
-        with m.If(take & (dec.cmd.kind == CmdKind.DATA)):
-            # (a reused word may be all the command needs: then nothing to read)
-            m.d.comb += [nxt["busy"].eq(~dec.cmd.reuse | (dec.extra != 0)),
-                         nxt["one_left"].eq(dec.extra == dec.cmd.reuse)]
-            m.d.sync += left.eq(dec.extra + ~dec.cmd.reuse)
-            # after the previous command, ``addr`` is the word after its last:
-            # where a command that reuses that last word continues
-            with m.If(~dec.cmd.reuse):
+        with m.If(take & dec.start.data):
+            m.d.comb += [nxt["busy"].eq(dec.start.busy), nxt["one_left"].eq(dec.start.one_left)]
+            m.d.sync += left.eq(dec.left)
+            with m.If(dec.start.jump):
                 m.d.sync += addr.eq(dec.cmd.body.move.src[g.word_bits:])
         going = nxt["busy"] & ~nxt["at_limit"]
         m.d.sync += [busy.eq(nxt["busy"]), one_left.eq(nxt["one_left"]),
@@ -139,19 +149,40 @@ class Reader(wiring.Component):
         return ~busy | (ending & self.rd.req.ready)
 
     def _decode(self, m, out):
-        """Pass the next command to ``out``: mark ``reuse`` and count the words
-        after its first."""
+        """Pass the next command to ``out``: mark ``reuse``, count its reads
+        and work out the issue state it starts in.
+
+        Off the queue's LUT RAM read, so without a carry chain on the low
+        address bits (see :mod:`.decode`): the read count with and without
+        the reused word are added up beside ``reuse``, which picks one."""
         wb = self._g.word_bits
         c = self.cmd.p
         mv = c.body.move
         last_data = Signal()                 # the previous command moved data
         last_chan = Signal(self._g.chan_bits)
+        src, lo, hi = mv.src[:wb], mv.len[:wb], mv.len[wb:]
+        up = round_up_table(m, "up", src, lo)              # ceil((s + len) / B) - hi
+        up_r = round_up_table(m, "up_r", src, lo, less=1)  # less the reused word
+        reuse = Signal()
+        st = out.p.start
         m.d.comb += [
             out.valid.eq(self.cmd.valid), self.cmd.ready.eq(out.ready),
-            out.p.cmd.eq(c),
-            out.p.cmd.reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data
-                               & (last_chan == c.chan) & (mv.src[:wb] > mv.dst[:wb])),
-            out.p.extra.eq((mv.src[:wb] + mv.len - 1) >> wb),
+            out.p.cmd.eq(c), out.p.cmd.reuse.eq(reuse),
+            reuse.eq((c.kind == CmdKind.DATA) & c.cont & last_data
+                     & (last_chan == c.chan) & (mv.src[:wb] > mv.dst[:wb])),
+            out.p.left.eq(Mux(reuse, hi + up_r, hi + up)),
+            st.data.eq(c.kind == CmdKind.DATA),
+            # (a reused word may be all the command needs: then nothing to read)
+            st.busy.eq(~reuse | hi.any() | (up_r != 0)),
+            st.one_left.eq(Mux(reuse, _is_one(hi, up_r), _is_one(hi, up))),
+            # after the previous command, ``addr`` is the word after its last:
+            # where a command that reuses that last word continues
+            st.jump.eq(~reuse),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [last_data.eq(c.kind == CmdKind.DATA), last_chan.eq(c.chan)]
+
+
+def _is_one(hi, up):
+    """``hi + up == 1`` for ``up`` in 0..2 (a :func:`.decode.round_up_table`)."""
+    return (~hi.any() & (up == 1)) | ((hi == 1) & (up == 0))

@@ -36,7 +36,10 @@ class Translator(wiring.Component):
     the command stream behind the chunks already translated, so the record
     leaves the DMA after every earlier write of its channel; the channel's
     later chunks are dropped (each one named on ``dropped``) until
-    ``clear`` names the channel.
+    ``clear`` names the channel. ``clear`` must name only channels with no
+    chunk at ``chunk`` or in the translator (the DMA clears only a channel
+    with nothing in flight): a chunk taken in a clear's cycle is checked
+    against ``halt`` as it stands.
 
     The MMU port's ``tag`` is driven 0 and the response's is ignored:
     requests are answered in order and one is in flight at a time.
@@ -113,12 +116,14 @@ class Translator(wiring.Component):
         m.d.comb += self.chunk.ready.eq(st.free | (emit & cmd_slice.i.ready))
         with m.If(self.chunk.ready):
             # no fault is being answered now: the channel's next ``halt`` is its
-            # present one unless cleared
+            # present one. (``clear`` names only channels with nothing in the pipe,
+            # the completion's ``cleared``, so never the channel of a chunk here:
+            # the check reads ``halt`` alone, not the completion's busy logic)
             s_hit = (s_valid.bit_select(inp.chan, 1) & ~inp.first
                      & (s_r.data.vpn == inp.src[pb:]))
             d_hit = (d_valid.bit_select(inp.chan, 1) & ~inp.first
                      & (d_r.data.vpn == inp.dst[pb:]))
-            halted = self.halt.bit_select(inp.chan, 1) & ~self.clear.bit_select(inp.chan, 1)
+            halted = self.halt.bit_select(inp.chan, 1)
             m.d.sync += [
                 ck.eq(inp), st.held.eq(self.chunk.valid),
                 st.s_hit.eq(s_hit), st.d_hit.eq(d_hit),

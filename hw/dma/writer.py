@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib import RegisterSlice, counter_shape
+from .decode import case_table, more_than_one, round_up_table
 from .layouts import CmdKind, Command, DmaFault, DmaWrite, Event, Retire
 
 __all__ = ["Writer"]
@@ -23,11 +24,12 @@ class Writer(wiring.Component):
     first word must be in the window's low half before the first beat: the
     writer spends a cycle taking it, unless the command is marked ``reuse``
     (that word is the previous command's last, still held). Commands are
-    decoded (those line ends, the shift, the byte enables) as they are taken,
-    off the queue's LUT RAM read, into a late-ready
-    :class:`hw.lib.RegisterSlice` (two decoded commands besides the one
-    being written); the next one starts as the current one's last beat
-    goes.
+    decoded (the shift, the byte enables, the beat and word counts and the
+    state the command starts in) as they are taken, off the queue's LUT RAM
+    read (:mod:`.decode`: no carry chain on the low address bits), into a
+    late-ready :class:`hw.lib.RegisterSlice` (two decoded commands besides
+    the one being written); the next one starts as the current one's last
+    beat goes, by copying the slice's output.
 
     A beat waits while its channel has ``ack_limit`` unacknowledged writes
     (``ack_full``). A ``FAULT`` command offers its record on ``fault`` and
@@ -64,26 +66,43 @@ class Writer(wiring.Component):
         })
 
     def _layouts(self):
-        """The decoded next command (each field one adder or a few LUTs from the
-        queue's output), and the command being written (counters and masks)."""
+        """The decoded command (its counters and the writer's starting state
+        worked out before it enters the slice, so the slice's multiplexer
+        output is loaded as it is), the writer's state, and the command being
+        written (counters and masks)."""
         g = self._g
-        B, LW = g.bytes_per_word, g.len_bits
+        B = g.bytes_per_word
         masks = {"shift": range(B + 1), "be_first": B, "be_last": B}
-        dec = data.StructLayout({
-            "cmd": Command(g), "addr": g.mem_addr_width,
-            "end_s": LW + 1, "end_d": LW + 1,       # ``src % B + len``, ``dst % B + len``
-            "s_after_d": 1, **masks,                # ``src % B > dst % B``
-        })
-        cur = data.StructLayout({
-            "cmd": Command(g), "addr": g.mem_addr_width,
+        counts = {
             "beats": counter_shape(g.burst_len),       # beats left
             "words": counter_shape(g.burst_len + 1),   # words left to take
+        }
+        # what the command does next, in flip-flops, so that a beat's go-ahead and
+        # the next command's load are a few LUTs deep
+        state = data.StructLayout({
+            "first": 1,
+            "wants_first": 1,             # DATA: the first word is still to be taken
+            "beat_ok": 1,                 # DATA: beats may go
+            "last": 1,                    # the next beat is the command's last
+            "last_ok": 1,                 # ``last & beat_ok``: ``load``'s own copy
+            "need": 1,                    # the next beat takes the head word of ``data``
+            "empty": 1, "fault": 1,       # an EMPTY or a FAULT command is held
+            "idle": 1,                    # nothing held, or an EMPTY command: load now
+        })
+        dec = data.StructLayout({
+            "cmd": Command(g), "addr": g.mem_addr_width, **masks, **counts,
+            # the state the command starts in (``first`` is set at the start
+            # itself; the flags as if the entry were valid)
+            "start": state,
+        })
+        cur = data.StructLayout({
+            "cmd": Command(g), "addr": g.mem_addr_width, **counts,
             # the channel again, inverted (so synthesis keeps both): the ack check's
             # own copy, apart from the one every beat's payload loads
             "chan_n": g.chan_bits,
             **masks,
         })
-        return dec, cur
+        return dec, state, cur
 
     def elaborate(self, platform):
         m = Module()
@@ -94,30 +113,29 @@ class Writer(wiring.Component):
         # the next commands, decoded as they arrive (off the queue's LUT RAM read)
         # into a late-ready slice: a command's start (``load``, late: it follows
         # ``wr.ready``) reaches the slice's pointers and ``cur``, not the read
-        # queue's read side or the decoded command's enables
-        dec_layout, cur_layout = self._layouts()
-        m.submodules.decoded = decoded = RegisterSlice(dec_layout, late_ready=True)
+        # queue's read side or the decoded command's enables. Everything the
+        # start loads is worked out before the slice, so nothing is compared
+        # behind its multiplexer; the starting state (which the next beat's
+        # go-ahead reads) has a read pointer copy of its own
+        dec_layout, st_layout, cur_layout = self._layouts()
+        m.submodules.decoded = decoded = RegisterSlice(dec_layout, late_ready=True,
+                                                       urgent=("start",))
         self._decode(m, decoded.i)
         dec_valid, dec = decoded.o.valid, decoded.o.p
         cur = Signal(cur_layout)          # the command being written
-        load = Signal()                   # ``cur`` takes ``dec``
+        st = Signal(st_layout, init={"idle": 1})
+        # ``idle`` and ``last_ok`` again, inverted (so synthesis keeps both): the
+        # start of ``cur``'s hundred-odd flip-flops is worked out apart from the
+        # one that reaches the state and the slice, each net a gate or two from
+        # the flip-flops (``wr.valid`` and ``wr.ready`` are not in it as such)
+        dup = Signal(data.StructLayout({"idle_n": 1, "last_ok_n": 1}), init={"last_ok_n": 1})
+        load, load_cur = Signal(), Signal()       # ``cur`` takes ``dec``
         m.d.comb += decoded.o.ready.eq(load)
-        # what the command does next, in flip-flops, so that a beat's go-ahead and
-        # the next command's load are a few LUTs deep
-        st = Signal(data.StructLayout({
-            "first": 1,
-            "wants_first": 1,             # DATA: the first word is still to be taken
-            "beat_ok": 1,                 # DATA: beats may go
-            "last": 1,                    # the next beat is the command's last
-            "need": 1,                    # the next beat takes the head word of ``data``
-            "empty": 1, "fault": 1,       # an EMPTY or a FAULT command is held
-            "idle": 1,                    # nothing held, or an EMPTY command: load now
-        }), init={"idle": 1})
         prev = Signal(W)
         fire = Signal()
+        go = (~st.need | self.data.valid) & ~self.ack_full.bit_select(~cur.chan_n, 1)
         m.d.comb += [
-            self.wr.valid.eq(st.beat_ok & (~st.need | self.data.valid)
-                             & ~self.ack_full.bit_select(~cur.chan_n, 1)),
+            self.wr.valid.eq(st.beat_ok & go),
             fire.eq(self.wr.valid & self.wr.ready),
             self.wr.p.dev.eq(cur.cmd.body.move.dev),
             self.wr.p.addr.eq(cur.addr),
@@ -131,74 +149,98 @@ class Writer(wiring.Component):
             with m.If(self.data.valid):
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1),
                              st.wants_first.eq(0), st.beat_ok.eq(1),
+                             st.last_ok.eq(st.last), dup.last_ok_n.eq(~st.last),
                              st.need.eq(~st.last | (cur.words != 1))]
         with m.If(fire):
             m.d.sync += [cur.beats.eq(cur.beats - 1), cur.addr.eq(cur.addr + 1),
                          st.first.eq(0), st.last.eq(cur.beats == 2),
+                         st.last_ok.eq(cur.beats == 2), dup.last_ok_n.eq(cur.beats != 2),
                          st.need.eq((cur.beats != 2) | Mux(st.need, cur.words != 1,
                                                            cur.words != 0))]
             with m.If(st.need):
                 m.d.comb += self.data.ready.eq(1)
                 m.d.sync += [prev.eq(self.data.p), cur.words.eq(cur.words - 1)]
 
-        self._retire(m, cur.cmd, st, fire & st.last)
+        self._retire(m, cur.cmd, st, dup, fire & st.last)
         # the next command starts with the last beat or from idle (a FAULT
         # command, once its record is taken, leaves through idle): ``fault.ready``
-        # is not in ``load``, ``wr.ready`` enters it last
-        m.d.comb += load.eq(st.idle | (st.last & self.wr.valid & self.wr.ready))
-        with m.If(load):
-            self._load(m, dec_valid, dec, cur, st)
+        # is not in ``load``, ``wr.ready`` enters it last, and ``last_ok`` folds
+        # ``beat_ok`` in so ``load`` is a gate after the ack check
+        m.d.comb += [load.eq(st.idle | (st.last_ok & go & self.wr.ready)),
+                     load_cur.eq(~dup.idle_n | (~dup.last_ok_n & go & self.wr.ready))]
+        self._load(m, load, load_cur, dec_valid, dec, cur, st, dup)
         return m
 
-    def _load(self, m, dec_valid, dec, cur, st):
-        """Start the decoded command: its counters and what it does first."""
-        g = self._g
-        B, wb = g.bytes_per_word, g.word_bits
-        kind = dec.cmd.kind
-        is_data = dec_valid & (kind == CmdKind.DATA)
-        take_first = dec.s_after_d & ~dec.cmd.reuse
-        m.d.sync += [
-            cur.cmd.eq(dec.cmd), cur.chan_n.eq(~dec.cmd.chan), cur.addr.eq(dec.addr),
-            cur.shift.eq(dec.shift),
-            cur.be_first.eq(dec.be_first), cur.be_last.eq(dec.be_last),
-            # ceil(end / B) beats and words, less the reused word
-            cur.beats.eq((dec.end_d + (B - 1)) >> wb),
-            cur.words.eq((dec.end_s + Mux(dec.cmd.reuse, -1, B - 1)) >> wb),
-            st.first.eq(1),
-            st.wants_first.eq(is_data & take_first), st.beat_ok.eq(is_data & ~take_first),
-            st.last.eq(dec.end_d <= B),
-            # more than one beat, or a word to take (all but a reused word alone)
-            st.need.eq((dec.end_d > B) | ~dec.cmd.reuse | (dec.end_s > B)),
-            st.empty.eq(dec_valid & (kind == CmdKind.EMPTY)),
-            st.fault.eq(dec_valid & (kind == CmdKind.FAULT)),
-            st.idle.eq(~dec_valid | (kind == CmdKind.EMPTY)),
-        ]
+    def _load(self, m, load, load_cur, dec_valid, dec, cur, st, dup):
+        """Start the decoded command: copies only (the entry's valid bit gates
+        the state's flags)."""
+        s = dec.start
+        with m.If(load_cur):
+            m.d.sync += [
+                cur.cmd.eq(dec.cmd), cur.chan_n.eq(~dec.cmd.chan), cur.addr.eq(dec.addr),
+                cur.shift.eq(dec.shift), cur.be_first.eq(dec.be_first),
+                cur.be_last.eq(dec.be_last), cur.beats.eq(dec.beats), cur.words.eq(dec.words),
+            ]
+        with m.If(load):
+            last_ok = dec_valid & s.last_ok
+            idle = ~dec_valid | s.idle
+            m.d.sync += [
+                st.first.eq(1), st.last.eq(s.last), st.need.eq(s.need),
+                st.wants_first.eq(dec_valid & s.wants_first),
+                st.beat_ok.eq(dec_valid & s.beat_ok), st.last_ok.eq(last_ok),
+                st.empty.eq(dec_valid & s.empty), st.fault.eq(dec_valid & s.fault),
+                st.idle.eq(idle), dup.idle_n.eq(~idle), dup.last_ok_n.eq(~last_ok),
+            ]
 
     def _decode(self, m, out):
-        """Pass the next command to ``out`` with the ends of its source and
-        destination bytes in their first word, the shift, and the first and last
-        byte enables."""
+        """Pass the next command to ``out`` with its destination word, the shift,
+        the first and last byte enables, its beat and word counts and the state
+        it starts in.
+
+        The command comes off the queue's LUT RAM read, late in the cycle, so
+        nothing here starts a carry chain on the low address bits (see
+        :mod:`.decode`): the counts are ``len``'s high bits plus a table, and
+        "more than one beat (word)" a few gates of those."""
         g = self._g
         B, wb = g.bytes_per_word, g.word_bits
-        ones = Const((1 << B) - 1, B)
+        ones = (1 << B) - 1
         c = self.cmd.p
         mv = c.body.move
-        end_d = Signal(g.len_bits + 1)
-        diff = Signal(wb)
+        src, dst, lo, hi = mv.src[:wb], mv.dst[:wb], mv.len[:wb], mv.len[wb:]
+        up_d = round_up_table(m, "up_d", dst, lo)
+        up_s = round_up_table(m, "up_s", src, lo)
+        # less the reused word (a reused word is past ``src % B > 0``, so at
+        # least one is counted)
+        up_r = round_up_table(m, "up_r", src, lo, less=1)
+        # the window's shift, (s - d) mod B with 0 as B (the high word in full),
+        # and "the source byte is past the destination byte"
+        low = B - 1
+        shift = case_table(m, "shift", wb + 1, Cat(dst, src),
+                           lambda v: ((v >> wb) - (v & low)) % B or B)
+        s_after_d = case_table(m, "s_after_d", 1, Cat(dst, src), lambda v: (v >> wb) > (v & low))
+        # the last beat's lanes below ``(d + len) % B`` (all when that is 0)
+        be_last = case_table(m, "be_last", B, Cat(dst, lo),
+                             lambda v: ones >> (-((v & low) + (v >> wb)) % B))
+        multi_d = more_than_one(hi, up_d)            # d + len > B
+        multi_s = more_than_one(hi, up_s)            # s + len > B
+        is_data = c.kind == CmdKind.DATA
+        # the first word is taken alone first: it belongs in the window's low half
+        take_first = s_after_d & ~c.reuse
+        st = out.p.start
         m.d.comb += [
-            end_d.eq(mv.dst[:wb] + mv.len), diff.eq(mv.src[:wb] - mv.dst[:wb]),
             out.valid.eq(self.cmd.valid), self.cmd.ready.eq(out.ready),
-            out.p.cmd.eq(c), out.p.addr.eq(mv.dst[wb:]),
-            out.p.end_s.eq(mv.src[:wb] + mv.len), out.p.end_d.eq(end_d),
-            out.p.s_after_d.eq(mv.src[:wb] > mv.dst[:wb]),
-            # (s - d) mod B, with 0 as B (the window's high word in full)
-            out.p.shift.eq(Cat(diff, diff == 0)),
-            out.p.be_first.eq(ones << mv.dst[:wb]),
-            # the last beat's lanes below ``end_d % B`` (all when that is 0)
-            out.p.be_last.eq(Mux(end_d[:wb] == 0, ones, ~(ones << end_d[:wb]))),
+            out.p.cmd.eq(c), out.p.addr.eq(mv.dst[wb:]), out.p.shift.eq(shift),
+            out.p.be_first.eq(Const(ones, B) << dst), out.p.be_last.eq(be_last),
+            out.p.beats.eq(hi + up_d), out.p.words.eq(hi + Mux(c.reuse, up_r, up_s)),
+            st.wants_first.eq(is_data & take_first), st.beat_ok.eq(is_data & ~take_first),
+            st.last.eq(~multi_d), st.last_ok.eq(is_data & ~take_first & ~multi_d),
+            # more than one beat, or a word to take (all but a reused word alone)
+            st.need.eq(multi_d | ~c.reuse | multi_s),
+            st.empty.eq(c.kind == CmdKind.EMPTY), st.fault.eq(c.kind == CmdKind.FAULT),
+            st.idle.eq(c.kind == CmdKind.EMPTY),
         ]
 
-    def _retire(self, m, cmd, st, last_beat):
+    def _retire(self, m, cmd, st, dup, last_beat):
         """Fault records and retirement."""
         f = cmd.body.fault
         m.d.comb += [
@@ -207,7 +249,7 @@ class Writer(wiring.Component):
             self.fault.p.va.eq(f.va), self.fault.p.cause.eq(f.cause),
         ]
         with m.If(st.fault & self.fault.ready):
-            m.d.sync += [st.fault.eq(0), st.idle.eq(1)]
+            m.d.sync += [st.fault.eq(0), st.idle.eq(1), dup.idle_n.eq(0)]
         retiring = Signal()
         m.d.comb += retiring.eq(last_beat | st.empty | (st.fault & self.fault.ready))
         # ``retire`` is registered, so the accounting starts from flip-flops. The
@@ -217,3 +259,4 @@ class Writer(wiring.Component):
         m.d.sync += [self.retire.valid.eq(retiring),
                      rp.chan.eq(cmd.chan), rp.kind.eq(cmd.kind), rp.last.eq(cmd.last),
                      rp.tag.eq(cmd.tag), rp.va.eq(f.va), rp.cause.eq(f.cause)]
+
