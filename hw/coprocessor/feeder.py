@@ -97,19 +97,7 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        # descriptors enter through a slice: the queues' write side (and
-        # their levels) start from its registers, and the COPY's retire waits
-        # only on its ready flip-flop, never on a queue chosen by the word
-        # (late-ready: a queue's late ``w.ready`` reaches the slice's pointers, not
-        # the enables of its entries)
-        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True)
-        wiring.connect(m, wiring.flipped(self.w), w_slice.i)
-        w = w_slice.o
-        # a channel with a descriptor in the slice is not done (with both entries
-        # full, the younger one counts for every channel: never done too early)
-        in_slice = Signal(C)
-        m.d.comb += in_slice.eq(Mux(w.valid, 1 << w.p.chan, 0)
-                                   | Mux(w_slice.i.ready, 0, (1 << C) - 1))
+        w, in_slice = self._input_slice(m, layout)
         # the offer: one register, loaded only while empty, so its enable comes
         # from flip-flops and the DMA's ready (which depends on the offered
         # channel) reaches only the offer's valid bit and the take counts
@@ -177,24 +165,45 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        # the offer's payload loads in every cycle it is empty (what it loads
-        # without a push is never offered): its ~400 enables come straight from
-        # a flip-flop of their own (~offer_valid, stored apart), not from ``push``
-        offer_free = Signal(init=1)
-        with m.If(offer_free):
-            m.d.sync += offer_p.eq(Array(heads)[pick])
-        with m.If(self.flush):
-            m.d.sync += [offer_valid.eq(0), offer_free.eq(1)]
-        with m.Elif(push):
-            m.d.sync += [offer_valid.eq(1), offer_free.eq(0)]
-        with m.Elif(taken):
-            m.d.sync += [offer_valid.eq(0), offer_free.eq(1)]
+        self._load_offer(m, (offer_valid, offer_p), Array(heads)[pick], push, taken)
         m.d.comb += [
             w.ready.eq(w_ready.bit_select(w.p.chan, 1)),
-            w_slice.flush.eq(self.flush),
             arb.advance.eq(~picked | push),
             self.drained.eq(empty.all() & ~held.any() & ~in_slice.any()
                             & ~Cat(*[s.busy for s in st]).any()
                             & ~Cat(*[s.error for s in st]).any()),
         ]
         return m
+
+    def _input_slice(self, m, layout):
+        """Descriptors enter through a slice: the queues' write side (and their
+        levels) start from its registers, and the COPY's retire waits only on
+        its ready, never on a queue chosen by the word (late-ready: a queue's
+        late ``w.ready`` reaches the slice's pointers, not its entries'
+        enables). Returns its output and the channels it holds a descriptor
+        of (with both entries full, the younger one counts for every channel:
+        a channel is then never done too early)."""
+        C = self._arch.channels
+        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True)
+        wiring.connect(m, wiring.flipped(self.w), w_slice.i)
+        m.d.comb += w_slice.flush.eq(self.flush)
+        w = w_slice.o
+        in_slice = Signal(C)
+        m.d.comb += in_slice.eq(Mux(w.valid, 1 << w.p.chan, 0)
+                                | Mux(w_slice.i.ready, 0, (1 << C) - 1))
+        return w, in_slice
+
+    def _load_offer(self, m, offer, head, push, taken):
+        """The offer's payload loads in every cycle it is empty (what it loads
+        without a push is never offered): its ~400 enables come straight from
+        a flip-flop of their own (~valid, stored apart), not from ``push``."""
+        valid, payload = offer
+        free = Signal(init=1, name="offer_free")
+        with m.If(free):
+            m.d.sync += payload.eq(head)
+        with m.If(self.flush):
+            m.d.sync += [valid.eq(0), free.eq(1)]
+        with m.Elif(push):
+            m.d.sync += [valid.eq(1), free.eq(0)]
+        with m.Elif(taken):
+            m.d.sync += [valid.eq(0), free.eq(1)]

@@ -303,7 +303,6 @@ class ReduceOnWrite(wiring.Component):
         # next entry or the beat arriving now (the ring compares a cycle
         # early); so the ring pushes its probe when the head goes in
         m.submodules.inflight = inflight = InFlight(limit, A, push_probe=True)
-        head = Array(entry)[head_at]
         m.d.comb += [
             inflight.push.eq(consume), inflight.push_addr.eq(0),
             inflight.pop.eq(written),
@@ -311,6 +310,7 @@ class ReduceOnWrite(wiring.Component):
             inflight.load_addr.eq(Mux(several, next_addr, new.p.addr)),
             inflight.skip_oldest.eq(0),
         ]
+        head = Array(entry)[head_at]
 
         # ---- the head's old word: the last write to it, or the memory's answer
         old = Signal(W)
@@ -320,12 +320,18 @@ class ReduceOnWrite(wiring.Component):
             offered.eq(~empty & self.rd.rsp.valid & ~inflight.hit & room),
             consume.eq(offered & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
-            f32.i.valid.eq(offered),
-            bf16.i.valid.eq(offered),
-            f32.i.p.a.eq(old), f32.i.p.b.eq(head.data),
-            bf16.i.p.a.eq(old), bf16.i.p.b.eq(head.data),
-            f32.i.p.user.addr.eq(head.addr), f32.i.p.user.data.eq(head.data),
-            f32.i.p.user.be.eq(head.be), f32.i.p.user.op.eq(head.op), f32.i.p.user.old.eq(old),
-            f32.i.p.user.user.eq(head.user),
         ]
+        self._feed_adders(m, (f32, bf16), offered, head, old)
         return m
+
+    @staticmethod
+    def _feed_adders(m, adders, offered, head, old):
+        """Both adders take the head beat's data and its old word (the f32
+        one carries the beat along for the write stage)."""
+        f32, bf16 = adders
+        for adder in adders:
+            m.d.comb += [adder.i.valid.eq(offered), adder.i.p.a.eq(old),
+                         adder.i.p.b.eq(head.data)]
+        u = f32.i.p.user
+        m.d.comb += [u.addr.eq(head.addr), u.data.eq(head.data), u.be.eq(head.be),
+                     u.op.eq(head.op), u.old.eq(old), u.user.eq(head.user)]
