@@ -24,7 +24,6 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .lib import ParkedRoundRobin, RegisterSlice, check_bus_width, index_bits
-from .lib.arbiter import _pick_after
 
 __all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
            "WritePortSignature", "BankedMemory"]
@@ -363,24 +362,6 @@ class BankedMemory(wiring.Component):
             inner.append(far)
         return inner
 
-    @staticmethod
-    def _parked_grant(m, requests, hold):
-        """A :class:`~hw.lib.ParkedRoundRobin` grant built here, so that its
-        next value is at hand: returns ``(grant, grant_next)`` (one-hot; the
-        same policy: the first requester after the holder, the holder last,
-        home to 0 when idle, kept while ``hold``)."""
-        n = len(requests)
-        grant = Signal(n, init=1, name="shared_r_grant")
-        grant_next = Signal(n, name="shared_r_grant_next")
-        m.d.comb += grant_next.eq(grant)
-        with m.If(~hold):
-            m.d.comb += grant_next.eq(1)
-            for g in range(n):
-                with m.If(grant[g]):
-                    _pick_after(m, "comb", g, requests, n, lambda c: grant_next.eq(1 << c))
-        m.d.sync += grant.eq(grant_next)
-        return grant, grant_next
-
     def _physical_reads(self, m):
         """The read ports the banks serve: each port as it is, or
         (``shared_read``) one port whose requests a parked round-robin
@@ -405,7 +386,9 @@ class BankedMemory(wiring.Component):
         requests = Cat(*[port.req.valid for port in ports])
         room = Signal(init=1, name="shared_r_room")       # the next stage takes a request
         hold = Signal(name="shared_r_hold")
-        grant, grant_next = self._parked_grant(m, requests, hold)
+        m.submodules.read_arbiter = rr = ParkedRoundRobin(n)
+        m.d.comb += [rr.requests.eq(requests), rr.hold.eq(hold)]
+        grant, grant_next = rr.grant, rr.grant_next
         granted = Signal(asked, name="shared_r_granted")
         granted_valid = Signal(name="shared_r_granted_valid")
         for p, port in enumerate(ports):

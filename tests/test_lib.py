@@ -63,12 +63,13 @@ def test_parked_round_robin_moves_its_registered_grant_in_turn(count):
             ctx.set(rr.hold, hold)
             assert ctx.get(rr.grant) == 1 << holder, (i, req)
             holders.append(holder)
-            await ctx.tick()
             # the first requester after the holder, the holder itself last; hold:
             # it stays; none: home to 0
             if not hold:
                 holder = next(((holder + 1 + k) % count for k in range(count)
                                if req >> ((holder + 1 + k) % count) & 1), 0)
+            assert ctx.get(rr.grant_next) == 1 << holder, (i, req)   # known before the edge
+            await ctx.tick()
 
     run_simulation(rr, [tb])
     assert holders[1:10] == [count - 1] * 9               # a lone requester keeps the grant

@@ -103,20 +103,27 @@ class ParkedRoundRobin(wiring.Component):
         One-hot, from a register: the requester that may go this cycle.
     hold : ``In(1)``
         Keep the grant at this clock edge.
+    grant_next : ``Out(count)``
+        The grant after this clock edge (combinational), for a user that
+        registers something from it, such as a ready for the next cycle.
     """
 
     def __init__(self, count):
         self._count = _check_count(count)
-        super().__init__({"requests": In(count), "grant": Out(count, init=1), "hold": In(1)})
+        super().__init__({"requests": In(count), "grant": Out(count, init=1), "hold": In(1),
+                          "grant_next": Out(count)})
 
     count = property(lambda self: self._count, doc="Number of requesters.")
 
     def elaborate(self, platform):
         m = Module()
         n = self._count
+        nxt = self.grant_next
+        m.d.comb += nxt.eq(self.grant)
         with m.If(~self.hold):
-            m.d.sync += self.grant.eq(1)        # home, unless someone requests
+            m.d.comb += nxt.eq(1)               # home, unless someone requests
             for g in range(n):
                 with m.If(self.grant[g]):
-                    _pick_after(m, "sync", g, self.requests, n, lambda c: self.grant.eq(1 << c))
+                    _pick_after(m, "comb", g, self.requests, n, lambda c: nxt.eq(1 << c))
+        m.d.sync += self.grant.eq(nxt)
         return m
