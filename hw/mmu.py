@@ -16,16 +16,16 @@ the golden model exactly:
 The block diagram is its composition::
 
     req --> MatchStage --> SelectStage --> CheckStage --> rsp
-            (request reg,   (lowest-index    (permissions,
-             hit vector)     entry's fields)  range, pa)
+            (request reg,   (the winner's    (permissions,
+             lowest hit)     fields)          range, pa)
                  ^               ^
                  +--- entries ---+---- CommandUnit <-- cmd      (idle)
                  hold <------------- fields_write / fields_free
 
-Translation is a three-register pipeline (request, hit vector, selected
+Translation is a three-register pipeline (request, lowest hit, selected
 entry) that accepts one request per cycle and never inserts bubbles on hits
-or misses: a request accepted at edge *t* has its hit vector computed from
-the TLB and registered at edge *t+1*, the winning entry's fields registered
+or misses: a request accepted at edge *t* has its lowest-index hit computed
+from the TLB and registered (one-hot) at edge *t+1*, the winning entry's fields registered
 at edge *t+2*, and is answered (``rsp.valid``) in the cycle after edge *t+2*:
 **three cycles from request to response**, hit or fault alike (two before
 the match and the priority were split for timing). The pipeline stalls as a
@@ -169,11 +169,12 @@ def _check_tag_width(tag_width):
 
 
 def TlbMatch(arch, tag_width):
-    """Layout between the match and select stages: the request and its hit
-    vector (bit ``i``: entry ``i`` translates it)."""
+    """Layout between the match and select stages: the request and the entry
+    that translates it, one-hot (bit ``i``: entry ``i`` is the lowest-index
+    entry that hits; zero when none does)."""
     return data.StructLayout({
         "req": translate_request(arch, tag_width),
-        "hits": arch.tlb_entries,
+        "first": arch.tlb_entries,
     })
 
 
@@ -221,13 +222,15 @@ class _LookupStage(wiring.Component):
 
 
 class MatchStage(_LookupStage):
-    """Request register, then the hit vector: which entries translate the request.
+    """Request register, then the winning entry: the lowest-index entry that
+    translates the request, one-hot.
 
     Entry ``i`` hits when it is valid, not staged, of the request's context,
     and the request's page number agrees with its ``vpn`` outside the entry's
-    in-page bits. Two registers: a request accepted at edge *t* is on ``o``
-    after edge *t+1*, its hit vector computed from the entries as they are
-    between those edges.
+    in-page bits; the lowest-index hit wins (a priority here, so that the
+    select stage is a multiplexer alone: FPGA timing). Two registers: a
+    request accepted at edge *t* is on ``o`` after edge *t+1*, its winner
+    computed from the entries as they are between those edges.
 
     Interface attributes
     --------------------
@@ -261,14 +264,14 @@ class MatchStage(_LookupStage):
                          hits[k].eq(e.valid & ~e.staged & (e.ctx == r.payload.ctx)
                                     & (((vpn ^ e.vpn) & ~mask) == 0))]
         match = Signal(TlbMatch(arch, self._tag_width))
-        m.d.comb += [match.req.eq(r.payload), match.hits.eq(hits)]
+        m.d.comb += [match.req.eq(r.payload), match.first.eq(hits & (~hits + 1))]
         _pipeline_register(m, r, self.o, match, hold=self.hold)
         return m
 
 
 class SelectStage(_LookupStage):
-    """The lowest-index hit entry's fields, registered (one-hot priority, then
-    an AND-OR multiplexer).
+    """The winning entry's fields, registered (an AND-OR multiplexer on the
+    one-hot ``first``).
 
     Interface attributes
     --------------------
@@ -290,15 +293,13 @@ class SelectStage(_LookupStage):
 
     def elaborate(self, platform):
         m = Module()
-        hits = self.i.payload.hits
-        onehot = Signal.like(hits)
-        m.d.comb += onehot.eq(hits & (~hits + 1))
+        first = self.i.payload.first
         sel = Signal(TlbSelection(self._arch, self._tag_width))
-        m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(hits.any())]
+        m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(first.any())]
         fields = ("perm", "dev", "size", "ppn")
         for name in fields:
             m.d.comb += getattr(sel, name).eq(
-                _or_all(Mux(onehot[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
+                _or_all(Mux(first[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
         _pipeline_register(m, self.i, self.o, sel)
         # from the valid register alone: the response's ready (the DMA's) must
         # not reach the command unit's ready, and from there the coprocessor

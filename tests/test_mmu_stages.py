@@ -72,7 +72,8 @@ def random_requests(rng, model, n):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_match_stage(seed):
-    """Hit vectors of a random TLB; ``hold`` (random) never lets a request in."""
+    """The lowest-index hit of a random TLB, one-hot; ``hold`` (random) never
+    lets a request in."""
     rng = random.Random(seed)
     model = random_tlb(rng)
     dut = MatchStage(ARCH)
@@ -85,7 +86,8 @@ def test_match_stage(seed):
         for r in reqs:
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
             assert int(p.req.va) == r["va"] and int(p.req.tag) == r["tag"]
-            assert int(p.hits) == model_hits(model, r["ctx"], r["va"]), hex(r["va"])
+            hits = model_hits(model, r["ctx"], r["va"])
+            assert int(p.first) == hits & -hits, hex(r["va"])
 
     async def hold(ctx):
         while True:
@@ -102,13 +104,16 @@ def test_match_stage(seed):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_select_stage(seed):
-    """The lowest-index hit entry's fields; ``fields_free`` is "input empty"."""
+    """The winning entry's fields; ``fields_free`` is "input empty"."""
     rng = random.Random(10 + seed)
     model = random_tlb(rng)
     dut = SelectStage(ARCH)
-    items = [{"req": r, "hits": rng.randrange(1 << ARCH.tlb_entries) if rng.random() < 0.5
-              else model_hits(model, r["ctx"], r["va"])}
-             for r in random_requests(rng, model, N)]
+    items = []
+    for r in random_requests(rng, model, N):     # one-hot or none: the TLB's pick, or any
+        hits = model_hits(model, r["ctx"], r["va"])
+        first = (hits & -hits if rng.random() < 0.5
+                 else (1 << rng.randrange(ARCH.tlb_entries)) * rng.randrange(2))
+        items.append({"req": r, "first": first})
     log = []
 
     async def consumer(ctx):
@@ -116,12 +121,11 @@ def test_select_stage(seed):
             ctx.set(dut.entries[k], entry_value(e))
         for it in items:
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
-            hits = it["hits"]
+            first = it["first"]
             assert int(p.req.va) == it["req"]["va"]
-            assert p.hit == (hits != 0)
-            if hits:
-                k = (hits & -hits).bit_length() - 1
-                e = entry_value(model.entries[k])
+            assert p.hit == (first != 0)
+            if first:
+                e = entry_value(model.entries[first.bit_length() - 1])
                 got = (int(p.perm), int(p.dev), int(p.size), int(p.ppn))
                 assert got == tuple(e.get(f, 0) for f in ("perm", "dev", "size", "ppn"))
 
