@@ -98,12 +98,16 @@ class BoardTop(wiring.Component):
         m.d.sync += finished_prev.eq(st.finished)
         # the system's done (every device's state and the crossbar's) registered
         # before the sequencer acts on it, cleared by a start so a new run never
-        # sees the last one's (it stays high once the system is done)
-        done = Signal()
-        m.d.sync += done.eq(system.done & ~st.start)
+        # sees the last one's (it stays high once the system is done); the start
+        # reaches the system from a register too, so the sequencer's state decode
+        # does not run through each coprocessor's start logic into its host
+        # port's write path (FPGA timing: the run starts a cycle later, its
+        # CYCLES count is the same)
+        start, done = Signal(), Signal()
+        m.d.sync += [start.eq(st.start), done.eq(system.done & ~st.start & ~start)]
         m.d.comb += [
             crc.clear.eq(st.crc_clear), st.crc.eq(crc.crc),
-            system.start.eq(st.start), st.done.eq(done), st.run.eq(self.rerun),
+            system.start.eq(start), st.done.eq(done), st.run.eq(self.rerun),
             line.start.eq(st.finished & ~finished_prev), line.passed.eq(st.passed),
             line.cycles.eq(st.cycles), line.crc.eq(crc.crc),
             self.tx.eq(uart.tx),
