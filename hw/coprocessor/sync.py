@@ -21,9 +21,10 @@ class SyncUnit(wiring.Component):
       them faulted, stops ``FAULT`` with the cause of the lowest-numbered
       one; else the mask's channels are fenced.
     * ``SIGNAL``: sends (device, semaphore) on ``sig``.
-    * ``WAIT``: waits until the semaphore reaches the count, then (a cycle
-      later: the comparison is registered, off the retire path) subtracts
-      it; while below, ``blocked`` is high, and ``quiesced`` stops the program
+    * ``WAIT``: waits until the semaphore reaches the count, then (two
+      cycles after it is at the head: its operands and the comparison are
+      registered, off the decoded word and the retire path) subtracts it;
+      while checked below, ``blocked`` is high, and ``quiesced`` stops the program
       ``ABORTED`` / ``DEADLOCK`` (whatever ``step`` says: a blocked device
       holds no grant). ``quiesced`` says that nothing in the system can
       progress: every device stopped or ``blocked`` in the previous cycle and
@@ -87,12 +88,24 @@ class SyncUnit(wiring.Component):
         error = Signal(C)
         m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
 
-        # a WAIT's check is registered: reached in one cycle, the WAIT retires in
-        # the next (until it does, its semaphore can only grow)
-        reached = Signal()          # the WAIT's semaphore has reached its count
+        # A WAIT's check takes two registers, off the decoded word and off the
+        # retire path: its semaphore number and count are registered (``at``,
+        # ``held_count``) in the cycle it is offered, compared with the
+        # semaphores in the next (``reached``), and the result is registered
+        # (``satisfied``): it retires two cycles after it reached the head with
+        # its count met. Until it retires its semaphore can only grow.
+        count = w.wait.count
+        held_count = Signal.like(count)
+        checking = Signal()         # a WAIT was offered and not taken in the last cycle
+        at = Signal(len(self.semaphores))
+        m.d.sync += [held_count.eq(count),
+                     checking.eq(self.insn.valid & ~self.insn.ready & op.wait & ~self.restart),
+                     at.eq(Cat(*[w.wait.sem == s for s in range(len(self.semaphores))]))]
+        reached = Signal()          # the checked WAIT's semaphore has reached its count
+        m.d.comb += reached.eq(checking & ((held_count == 0) | Cat(*[
+            at[s] & (val >= held_count) for s, val in enumerate(self.semaphores)]).any()))
         satisfied = Signal()
-        m.d.sync += satisfied.eq(self.insn.valid & ~self.insn.ready & op.wait & reached
-                                 & ~self.restart)
+        m.d.sync += satisfied.eq(reached & ~self.insn.ready & ~self.restart)
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
@@ -104,12 +117,8 @@ class SyncUnit(wiring.Component):
 
         # semaphores: +1 per incoming signal (saturating), -count per retiring
         # WAIT; both results are ready before the (late) retire decision picks one.
-        # A WAIT retires only in a cycle after it was checked at the head, so its
-        # count and semaphore are taken from registers loaded in every cycle: the
+        # A retiring WAIT's count and semaphore are the registered ones: the
         # decoded instruction does not reach the semaphores' adders.
-        count = w.wait.count
-        held_count = Signal.like(count)
-        m.d.sync += held_count.eq(count)
         top = (1 << semaphore_shape().width) - 1
         m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
@@ -120,15 +129,13 @@ class SyncUnit(wiring.Component):
             waited = Signal.like(val, name=f"waited{s}")
             m.d.comb += waited.eq(val + inc - held_count)
             here = Signal(name=f"wait_here{s}")
-            m.d.sync += here.eq((w.wait.sem == s) & (count != 0))
+            m.d.comb += here.eq(at[s] & (held_count != 0))
             with m.If(self.restart):
                 m.d.sync += val.eq(0)
             with m.Elif(wait_retires & here):
                 m.d.sync += val.eq(waited)
             with m.Else():
                 m.d.sync += val.eq(grown)
-            with m.If(w.wait.sem == s):     # a comparator per semaphore, then the select
-                m.d.comb += reached.eq(val >= count)
 
         # fences
         fmask = Signal(C)
@@ -168,12 +175,14 @@ class SyncUnit(wiring.Component):
         with m.Else():
             m.d.comb += [stop.status.eq(StatusCode.HALTED), stop.cause.eq(CauseCode.NONE)]
         # quiesced implies blocked (see the class documentation), so a WAIT's
-        # DEADLOCK stop does not wait for the semaphore comparison
+        # DEADLOCK stop does not wait for the semaphore comparison; a WAIT is
+        # blocked once checked below its count (not in its first cycle at the
+        # head, which could make another device see a false deadlock)
         m.d.comb += [
             self.stop.valid.eq(v & (op.fence & step & fence_fault
                                     | op.wait & ~satisfied & self.quiesced
                                     | op.halt & step & self.done.all())),
             self.sig.valid.eq(v & op.signal & step),
-            self.blocked.eq(v & op.wait & ~satisfied & ~reached),
+            self.blocked.eq(v & op.wait & checking & ~satisfied & ~reached),
         ]
         return m
