@@ -16,16 +16,17 @@ the golden model exactly:
 The block diagram is its composition::
 
     req --> MatchStage --> SelectStage --> CheckStage --> rsp
-            (request reg,   (the winner's    (permissions,
-             lowest hit)     fields)          range, pa)
+            (request reg,   (lowest group,   (permissions,
+             hits, each      the winner's     range, pa)
+             group's first)  fields)
                  ^               ^
                  +--- entries ---+---- CommandUnit <-- cmd      (idle)
                  hold <------------- fields_write / fields_free
 
-Translation is a three-register pipeline (request, lowest hit, selected
+Translation is a three-register pipeline (request, hits, selected
 entry) that accepts one request per cycle and never inserts bubbles on hits
-or misses: a request accepted at edge *t* has its lowest-index hit computed
-from the TLB and registered (one-hot) at edge *t+1*, the winning entry's fields registered
+or misses: a request accepted at edge *t* has its hits computed from the TLB
+and registered (each group's lowest) at edge *t+1*, the winning entry's fields registered
 at edge *t+2*, and is answered (``rsp.valid``) in the cycle after edge *t+2*:
 **three cycles from request to response**, hit or fault alike (two before
 the match and the priority were split for timing). The pipeline stalls as a
@@ -169,13 +170,36 @@ def _check_tag_width(tag_width):
 
 
 def TlbMatch(arch, tag_width):
-    """Layout between the match and select stages: the request and the entry
-    that translates it, one-hot (bit ``i``: entry ``i`` is the lowest-index
-    entry that hits; zero when none does)."""
+    """Layout between the match and select stages: the request and its hits
+    by group of :data:`PRIORITY_GROUP` entries: ``first`` has bit ``i`` set
+    when entry ``i`` is the lowest-index entry of its group that hits, and
+    ``group_hit`` bit ``g`` when some entry of group ``g`` hits."""
     return data.StructLayout({
         "req": translate_request(arch, tag_width),
         "first": arch.tlb_entries,
+        "group_hit": _groups(arch),
     })
+
+
+PRIORITY_GROUP = 4
+"""Entries whose priority the match stage resolves among themselves; the
+select stage resolves it among the groups (a LUT level each, no carry chain
+after the comparators)."""
+
+
+def _groups(arch):
+    return -(-arch.tlb_entries // PRIORITY_GROUP)
+
+
+def _lowest_in_groups(vector, count):
+    """``vector`` with each group's bits after its lowest set one cleared, and
+    a bit per group: any set."""
+    first, any_ = [], []
+    for g in range(0, count, PRIORITY_GROUP):
+        bits = [vector[k] for k in range(g, min(g + PRIORITY_GROUP, count))]
+        first += [b & ~Cat(*bits[:j]).any() if j else b for j, b in enumerate(bits)]
+        any_.append(Cat(*bits).any())
+    return Cat(*first), Cat(*any_)
 
 
 def TlbSelection(arch, tag_width):
@@ -222,15 +246,17 @@ class _LookupStage(wiring.Component):
 
 
 class MatchStage(_LookupStage):
-    """Request register, then the winning entry: the lowest-index entry that
-    translates the request, one-hot.
+    """Request register, then the hits, each group's lowest one kept.
+
 
     Entry ``i`` hits when it is valid, not staged, of the request's context,
     and the request's page number agrees with its ``vpn`` outside the entry's
-    in-page bits; the lowest-index hit wins (a priority here, so that the
-    select stage is a multiplexer alone: FPGA timing). Two registers: a
-    request accepted at edge *t* is on ``o`` after edge *t+1*, its winner
-    computed from the entries as they are between those edges.
+    in-page bits; the lowest-index hit wins, resolved here within each group
+    of :data:`PRIORITY_GROUP` entries and among the groups in the select
+    stage (a LUT level on each side instead of a carry chain: FPGA timing).
+    Two registers: a request accepted at edge *t* is on ``o`` after edge
+    *t+1*, its hits computed from the entries as they are between those
+    edges.
 
     Interface attributes
     --------------------
@@ -264,14 +290,15 @@ class MatchStage(_LookupStage):
                          hits[k].eq(e.valid & ~e.staged & (e.ctx == r.payload.ctx)
                                     & (((vpn ^ e.vpn) & ~mask) == 0))]
         match = Signal(TlbMatch(arch, self._tag_width))
-        m.d.comb += [match.req.eq(r.payload), match.first.eq(hits & (~hits + 1))]
+        first, group_hit = _lowest_in_groups(hits, arch.tlb_entries)
+        m.d.comb += [match.req.eq(r.payload), match.first.eq(first), match.group_hit.eq(group_hit)]
         _pipeline_register(m, r, self.o, match, hold=self.hold)
         return m
 
 
 class SelectStage(_LookupStage):
-    """The winning entry's fields, registered (an AND-OR multiplexer on the
-    one-hot ``first``).
+    """The winning entry's fields, registered: the lowest group that hits,
+    its lowest entry that hits (one-hot), an AND-OR multiplexer.
 
     Interface attributes
     --------------------
@@ -293,9 +320,14 @@ class SelectStage(_LookupStage):
 
     def elaborate(self, platform):
         m = Module()
-        first = self.i.payload.first
+        n = self._arch.tlb_entries
+        # the lowest group that hits, then its lowest entry that hits
+        group, _ = _lowest_in_groups(self.i.payload.group_hit, _groups(self._arch))
+        first = Signal(n)
+        m.d.comb += first.eq(self.i.payload.first
+                             & Cat(*[group[k // PRIORITY_GROUP] for k in range(n)]))
         sel = Signal(TlbSelection(self._arch, self._tag_width))
-        m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(first.any())]
+        m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(self.i.payload.group_hit.any())]
         fields = ("perm", "dev", "size", "ppn")
         for name in fields:
             m.d.comb += getattr(sel, name).eq(

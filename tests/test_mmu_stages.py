@@ -14,7 +14,8 @@ from amaranth.hdl import ClockDomain, Module
 
 from gen.simkit import TlbModel, run_simulation, stream_get, stream_put, stream_monitor
 from hw.isa import ArchParams
-from hw.mmu import CheckStage, CommandUnit, MatchStage, MMU, SelectStage, TranslateCause
+from hw.mmu import (PRIORITY_GROUP, CheckStage, CommandUnit, MatchStage, MMU, SelectStage,
+                    TranslateCause)
 from gen.simkit import mmu_command
 from tests.test_mmu import random_commands
 
@@ -70,10 +71,21 @@ def random_requests(rng, model, n):
     return out
 
 
+def grouped(hits):
+    """The match stage's output, from the priority rule itself: each group of
+    PRIORITY_GROUP entries keeps its lowest hit; a bit per group that hits."""
+    first = groups = 0
+    for g in range(0, ARCH.tlb_entries, PRIORITY_GROUP):
+        part = hits >> g & ((1 << PRIORITY_GROUP) - 1)
+        first |= (part & -part) << g
+        groups |= (part != 0) << (g // PRIORITY_GROUP)
+    return first, groups
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_match_stage(seed):
-    """The lowest-index hit of a random TLB, one-hot; ``hold`` (random) never
-    lets a request in."""
+    """The hits of a random TLB, each group's lowest kept, and the groups that
+    hit; ``hold`` (random) never lets a request in."""
     rng = random.Random(seed)
     model = random_tlb(rng)
     dut = MatchStage(ARCH)
@@ -86,8 +98,8 @@ def test_match_stage(seed):
         for r in reqs:
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
             assert int(p.req.va) == r["va"] and int(p.req.tag) == r["tag"]
-            hits = model_hits(model, r["ctx"], r["va"])
-            assert int(p.first) == hits & -hits, hex(r["va"])
+            first, groups = grouped(model_hits(model, r["ctx"], r["va"]))
+            assert (int(p.first), int(p.group_hit)) == (first, groups), hex(r["va"])
 
     async def hold(ctx):
         while True:
@@ -108,24 +120,24 @@ def test_select_stage(seed):
     rng = random.Random(10 + seed)
     model = random_tlb(rng)
     dut = SelectStage(ARCH)
-    items = []
-    for r in random_requests(rng, model, N):     # one-hot or none: the TLB's pick, or any
-        hits = model_hits(model, r["ctx"], r["va"])
-        first = (hits & -hits if rng.random() < 0.5
-                 else (1 << rng.randrange(ARCH.tlb_entries)) * rng.randrange(2))
-        items.append({"req": r, "first": first})
+    items, all_hits = [], []
+    for r in random_requests(rng, model, N):     # the TLB's hits, or any
+        hits = (model_hits(model, r["ctx"], r["va"]) if rng.random() < 0.5
+                else rng.randrange(1 << ARCH.tlb_entries))
+        first, groups = grouped(hits)
+        items.append({"req": r, "first": first, "group_hit": groups})
+        all_hits.append(hits)
     log = []
 
     async def consumer(ctx):
         for k, e in enumerate(model.entries):
             ctx.set(dut.entries[k], entry_value(e))
-        for it in items:
+        for it, hits in zip(items, all_hits):
             p = await stream_get(ctx, dut.o, rng=rng, bp_prob=0.4)
-            first = it["first"]
             assert int(p.req.va) == it["req"]["va"]
-            assert p.hit == (first != 0)
-            if first:
-                e = entry_value(model.entries[first.bit_length() - 1])
+            assert p.hit == (hits != 0)
+            if hits:                                 # the lowest-index hit wins
+                e = entry_value(model.entries[(hits & -hits).bit_length() - 1])
                 got = (int(p.perm), int(p.dev), int(p.size), int(p.ppn))
                 assert got == tuple(e.get(f, 0) for f in ("perm", "dev", "size", "ppn"))
 
