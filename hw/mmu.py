@@ -282,12 +282,23 @@ class MatchStage(_LookupStage):
         # the request register
         r = stream.Signature(translate_request(arch, self._tag_width)).create(path=("r",))
         _pipeline_register(m, self.i, r, self.i.payload)
-        vpn = r.payload.va[p0_bits:]
+        # a second copy of the request's context and page number, stored
+        # inverted (so synthesis keeps both), for the upper half of the groups:
+        # one register no longer spans all the comparators (FPGA timing)
+        near = Cat(r.payload.ctx, r.payload.va[p0_bits:])
+        far_n = Signal(len(near), name="far_n")
+        with m.If((~r.valid | r.ready) & self.i.valid):
+            m.d.sync += far_n.eq(~Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]))
+        far = ~far_n
+        n_ctx = len(r.payload.ctx)
+        upper = _groups(arch) // 2 * PRIORITY_GROUP
         hits = Signal(arch.tlb_entries)
         for k, e in enumerate(self.entries):
+            req = far if k >= upper and upper else near
+            ctx, vpn = req[:n_ctx], req[n_ctx:]
             mask = Signal(len(vpn), name=f"mask{k}")
             m.d.comb += [mask.eq(_offset_mask(arch, e.size)),
-                         hits[k].eq(e.valid & ~e.staged & (e.ctx == r.payload.ctx)
+                         hits[k].eq(e.valid & ~e.staged & (e.ctx == ctx)
                                     & (((vpn ^ e.vpn) & ~mask) == 0))]
         match = Signal(TlbMatch(arch, self._tag_width))
         first, group_hit = _lowest_in_groups(hits, arch.tlb_entries)
