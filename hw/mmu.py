@@ -51,7 +51,7 @@ every three cycles (:class:`CommandUnit`).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
@@ -464,12 +464,16 @@ class CommandUnit(wiring.Component):
 
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
 
-    def _place(self, m, c, vpn):
+    def _place(self, m, near, far):
         """At the PLACE edge, register the same-key entries, the free ones and
-        the entries of the command's context (a COMMIT's)."""
+        the entries of the command's context (a COMMIT's). ``near`` and
+        ``far`` are ``(command, vpn)`` copies: the upper half of the groups
+        of entries compares with ``far`` (as the match stage does)."""
         n = self._arch.tlb_entries
+        upper = _groups(self._arch) // 2 * PRIORITY_GROUP
         same, free, owned = Signal(n), Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
+            c, vpn = far if upper and k >= upper else near
             m.d.sync += [
                 same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
                            == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
@@ -501,6 +505,13 @@ class CommandUnit(wiring.Component):
         mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
         m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
+        # a second copy of the command, stored inverted (so synthesis keeps
+        # both), for the upper half of PLACE's comparators (FPGA timing)
+        far_n = Signal(len(Value.cast(c)))
+        far = Signal(MmuCommand(arch))
+        far_mask, far_vpn = Signal(pn), Signal(pn)
+        m.d.comb += [Value.cast(far).eq(~far_n), far_mask.eq(_offset_mask(arch, far.size)),
+                     far_vpn.eq(far.va[p0_bits:] & ~far_mask)]
         # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
         # write enables and data then start from flip-flops
         ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
@@ -510,11 +521,11 @@ class CommandUnit(wiring.Component):
             with m.State("ACCEPT"):
                 m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
                 with m.If(self.cmd.valid):
-                    m.d.sync += c.eq(self.cmd.payload)
+                    m.d.sync += [c.eq(self.cmd.payload), far_n.eq(~Value.cast(self.cmd.payload))]
                     m.next = "PLACE"
             with m.State("PLACE"):
                 m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
-                same, free, owned = self._place(m, c, vpn)
+                same, free, owned = self._place(m, (c, vpn), (far, far_vpn))
                 m.d.sync += [ops.remap.eq(c.op == MmuOp.REMAP), ops.inval.eq(c.op == MmuOp.INVAL),
                              ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
                 m.next = "CHOOSE"
@@ -529,7 +540,8 @@ class CommandUnit(wiring.Component):
                     # PLACE sees the entries this one leaves
                     m.d.comb += self.cmd.ready.eq(1)
                     with m.If(self.cmd.valid):
-                        m.d.sync += c.eq(self.cmd.payload)
+                        m.d.sync += [c.eq(self.cmd.payload),
+                                     far_n.eq(~Value.cast(self.cmd.payload))]
                         m.next = "PLACE"
                     with m.Else():
                         m.next = "ACCEPT"
