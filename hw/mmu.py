@@ -286,15 +286,15 @@ class MatchStage(_LookupStage):
         # inverted (so synthesis keeps both), for the upper half of the groups:
         # one register no longer spans all the comparators (FPGA timing)
         near = Cat(r.payload.ctx, r.payload.va[p0_bits:])
-        far_n = Signal(len(near), name="far_n")
+        upper_req_n = Signal(len(near), name="upper_req_n")
         with m.If((~r.valid | r.ready) & self.i.valid):
-            m.d.sync += far_n.eq(~Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]))
-        far = ~far_n
+            m.d.sync += upper_req_n.eq(~Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]))
+        upper_req = ~upper_req_n
         n_ctx = len(r.payload.ctx)
         upper = _groups(arch) // 2 * PRIORITY_GROUP
         hits = Signal(arch.tlb_entries)
         for k, e in enumerate(self.entries):
-            req = far if k >= upper and upper else near
+            req = upper_req if k >= upper and upper else near
             ctx, vpn = req[:n_ctx], req[n_ctx:]
             mask = Signal(len(vpn), name=f"mask{k}")
             m.d.comb += [mask.eq(_offset_mask(arch, e.size)),
@@ -464,16 +464,16 @@ class CommandUnit(wiring.Component):
 
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
 
-    def _place(self, m, near, far):
+    def _place(self, m, near, upper_half):
         """At the PLACE edge, register the same-key entries, the free ones and
         the entries of the command's context (a COMMIT's). ``near`` and
-        ``far`` are ``(command, vpn)`` copies: the upper half of the groups
-        of entries compares with ``far`` (as the match stage does)."""
+        ``upper_half`` are ``(command, vpn)`` copies: the upper half of the
+        groups of entries compares with ``upper_half`` (as the match stage does)."""
         n = self._arch.tlb_entries
         upper = _groups(self._arch) // 2 * PRIORITY_GROUP
         same, free, owned = Signal(n), Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
-            c, vpn = far if upper and k >= upper else near
+            c, vpn = upper_half if upper and k >= upper else near
             m.d.sync += [
                 same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
                            == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
@@ -507,11 +507,12 @@ class CommandUnit(wiring.Component):
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
         # a second copy of the command, stored inverted (so synthesis keeps
         # both), for the upper half of PLACE's comparators (FPGA timing)
-        far_n = Signal(len(Value.cast(c)))
-        far = Signal(MmuCommand(arch))
-        far_mask, far_vpn = Signal(pn), Signal(pn)
-        m.d.comb += [Value.cast(far).eq(~far_n), far_mask.eq(_offset_mask(arch, far.size)),
-                     far_vpn.eq(far.va[p0_bits:] & ~far_mask)]
+        upper_cmd_n = Signal(len(Value.cast(c)))
+        upper_cmd = Signal(MmuCommand(arch))
+        upper_mask, upper_vpn = Signal(pn), Signal(pn)
+        m.d.comb += [Value.cast(upper_cmd).eq(~upper_cmd_n),
+                     upper_mask.eq(_offset_mask(arch, upper_cmd.size)),
+                     upper_vpn.eq(upper_cmd.va[p0_bits:] & ~upper_mask)]
         # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
         # write enables and data then start from flip-flops
         ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
@@ -521,11 +522,11 @@ class CommandUnit(wiring.Component):
             with m.State("ACCEPT"):
                 m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
                 with m.If(self.cmd.valid):
-                    m.d.sync += [c.eq(self.cmd.payload), far_n.eq(~Value.cast(self.cmd.payload))]
+                    m.d.sync += [c.eq(self.cmd.payload), upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
                     m.next = "PLACE"
             with m.State("PLACE"):
                 m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
-                same, free, owned = self._place(m, (c, vpn), (far, far_vpn))
+                same, free, owned = self._place(m, (c, vpn), (upper_cmd, upper_vpn))
                 m.d.sync += [ops.remap.eq(c.op == MmuOp.REMAP), ops.inval.eq(c.op == MmuOp.INVAL),
                              ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
                 m.next = "CHOOSE"
@@ -541,7 +542,7 @@ class CommandUnit(wiring.Component):
                     m.d.comb += self.cmd.ready.eq(1)
                     with m.If(self.cmd.valid):
                         m.d.sync += [c.eq(self.cmd.payload),
-                                     far_n.eq(~Value.cast(self.cmd.payload))]
+                                     upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
                         m.next = "PLACE"
                     with m.Else():
                         m.next = "ACCEPT"
