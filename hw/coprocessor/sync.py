@@ -81,19 +81,13 @@ class SyncUnit(wiring.Component):
             "semaphores": Out(semaphore_shape()).array(arch.semaphores),
         })
 
-    def elaborate(self, platform):
-        m = Module()
-        C = self._arch.channels
-        w, op, step = self.insn.p.word, self.insn.p.op, self.step
-        error = Signal(C)
-        m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
-
-        # A WAIT's check takes two registers, off the decoded word and off the
-        # retire path: its semaphore number and count are registered (``at``,
-        # ``held_count``) in the cycle it is offered, compared with the
-        # semaphores in the next (``reached``), and the result is registered
-        # (``satisfied``): it retires two cycles after it reached the head with
-        # its count met. Until it retires its semaphore can only grow.
+    def _wait_check(self, m, w, op):
+        """A WAIT's check in two registers, off the decoded word and off the
+        retire path: its semaphore number and count are registered (``at``,
+        ``held_count``) in the cycle it is offered, compared with the
+        semaphores in the next (``reached``), and the result is registered
+        (``satisfied``): it retires two cycles after it reached the head with
+        its count met. Until it retires its semaphore can only grow."""
         count = w.wait.count
         held_count = Signal.like(count)
         checking = Signal()         # a WAIT was offered and not taken in the last cycle
@@ -109,6 +103,16 @@ class SyncUnit(wiring.Component):
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
+        return held_count, at, checking, reached, satisfied
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self._arch.channels
+        w, op, step = self.insn.p.word, self.insn.p.op, self.step
+        error = Signal(C)
+        m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
+
+        held_count, at, checking, reached, satisfied = self._wait_check(m, w, op)
         wait_retires = Signal()
         m.d.comb += wait_retires.eq(satisfied & step)
         # a WAIT that took from its semaphore (what verif's DMA monitor watches)
