@@ -191,6 +191,14 @@ def _groups(arch):
     return -(-arch.tlb_entries // PRIORITY_GROUP)
 
 
+def _reads_copy(arch, k):
+    """Whether entry ``k``'s comparators read the second (inverted) copy of
+    the request or command: the upper half of the groups does, so no one
+    register spans all the comparators (FPGA timing)."""
+    upper = _groups(arch) // 2 * PRIORITY_GROUP
+    return 0 < upper <= k
+
+
 def _lowest_in_groups(vector, count):
     """``vector`` with each group's bits after its lowest set one cleared, and
     a bit per group: any set."""
@@ -291,10 +299,9 @@ class MatchStage(_LookupStage):
             m.d.sync += upper_req_n.eq(~Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]))
         upper_req = ~upper_req_n
         n_ctx = len(r.payload.ctx)
-        upper = _groups(arch) // 2 * PRIORITY_GROUP
         hits = Signal(arch.tlb_entries)
         for k, e in enumerate(self.entries):
-            req = upper_req if k >= upper and upper else near
+            req = upper_req if _reads_copy(arch, k) else near
             ctx, vpn = req[:n_ctx], req[n_ctx:]
             mask = Signal(len(vpn), name=f"mask{k}")
             m.d.comb += [mask.eq(_offset_mask(arch, e.size)),
@@ -470,10 +477,9 @@ class CommandUnit(wiring.Component):
         ``upper_half`` are ``(command, vpn)`` copies: the upper half of the
         groups of entries compares with ``upper_half`` (as the match stage does)."""
         n = self._arch.tlb_entries
-        upper = _groups(self._arch) // 2 * PRIORITY_GROUP
         same, free, owned = Signal(n), Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
-            c, vpn = upper_half if upper and k >= upper else near
+            c, vpn = upper_half if _reads_copy(self._arch, k) else near
             m.d.sync += [
                 same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
                            == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
