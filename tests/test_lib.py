@@ -88,12 +88,12 @@ def test_round_robin_rejects_bad_count():
         RoundRobin(0)
 
 
-@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("buffered,registered_head", [(True, False), (False, False), (False, True)])
 @pytest.mark.parametrize("depth", [1, 2, 5])
-def test_queue_keeps_order_under_back_pressure(depth, buffered):
+def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head):
     layout = data.StructLayout({"a": 5, "b": 3})
-    q = Queue(layout, depth, buffered=buffered)
-    rng = random.Random(depth * 2 + buffered)
+    q = Queue(layout, depth, buffered=buffered, registered_head=registered_head)
+    rng = random.Random(depth * 4 + buffered * 2 + registered_head)
     sent = [{"a": rng.randrange(32), "b": rng.randrange(8)} for _ in range(60)]
     got = []
     levels = []
@@ -113,11 +113,47 @@ def test_queue_keeps_order_under_back_pressure(depth, buffered):
     assert max(levels) <= depth
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3, 8])
+def test_queue_registered_head_matches_fall_through_cycle_for_cycle(depth):
+    """The registered head changes where the oldest entry is kept, never
+    what either side sees in any cycle."""
+    from amaranth.hdl import Module
+    m = Module()
+    m.submodules.a = a = Queue(8, depth, buffered=False)
+    m.submodules.b = b = Queue(8, depth, buffered=False, registered_head=True)
+    rng = random.Random(depth)
+
+    async def tb(ctx):
+        full_seen = 0
+        for k in range(600):
+            # bursts of writes with few reads, then the reverse, so the
+            # queues fill and drain as well as idle
+            phase = (k // 50) % 2
+            wv = rng.random() < (0.8 if phase == 0 else 0.3)
+            rr = rng.random() < (0.3 if phase == 0 else 0.8)
+            value = rng.randrange(256)
+            for q in (a, b):
+                ctx.set(q.w.valid, wv)
+                ctx.set(q.w.payload, value)
+                ctx.set(q.r.ready, rr)
+            for seen in (lambda q: q.w.ready, lambda q: q.r.valid, lambda q: q.level):
+                assert ctx.get(seen(a)) == ctx.get(seen(b)), k
+            if ctx.get(a.r.valid):
+                assert ctx.get(a.r.payload) == ctx.get(b.r.payload), k
+            full_seen += ctx.get(a.level) == depth
+            await ctx.tick()
+        assert full_seen > 0
+
+    run_simulation(m, [tb])
+
+
 def test_queue_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"Queue depth must be a positive integer, not 0"):
         Queue(8, 0)
     with pytest.raises(ValueError, match=r"at least 1 bit wide"):
         Queue(0, 4)
+    with pytest.raises(ValueError, match=r"registered head is for a fall-through queue"):
+        Queue(8, 4, registered_head=True)
 
 
 def _run_comb(dut, tb):

@@ -1,7 +1,7 @@
 """A typed queue: a synchronous FIFO with stream ports and a payload shape."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Module, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -23,6 +23,12 @@ class Queue(wiring.Component):
         ``True`` (default): the read side is registered (``SyncFIFOBuffered``:
         one more cycle of latency, better timing, block RAM when deep).
         ``False``: first-word fall-through in the same cycle (``SyncFIFO``).
+    registered_head : bool
+        With ``buffered=False``: the oldest entry is held in flip-flops and
+        the rest in the FIFO's memory (default False). Same cycles as the
+        plain fall-through queue, but ``r.payload`` comes from a register,
+        not through a LUT-RAM read, for a reader that compares it or fans
+        it out; costs one entry's flip-flops.
 
     Interface attributes
     --------------------
@@ -34,15 +40,18 @@ class Queue(wiring.Component):
         Entries held.
     """
 
-    def __init__(self, shape, depth, *, buffered=True):
+    def __init__(self, shape, depth, *, buffered=True, registered_head=False):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Queue payload must be at least 1 bit wide, not {shape!r}")
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError(f"Queue depth must be a positive integer, not {depth!r}")
+        if registered_head and buffered:
+            raise ValueError("A registered head is for a fall-through queue (buffered=False)")
         self._shape = shape
         self._depth = depth
         self._buffered = bool(buffered)
+        self._registered_head = bool(registered_head)
         super().__init__({
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
@@ -52,8 +61,12 @@ class Queue(wiring.Component):
     shape = property(lambda self: self._shape, doc="Payload shape.")
     depth = property(lambda self: self._depth, doc="Number of entries.")
     buffered = property(lambda self: self._buffered, doc="Registered read side.")
+    registered_head = property(lambda self: self._registered_head,
+                               doc="The oldest entry is held in flip-flops.")
 
     def elaborate(self, platform):
+        if self._registered_head:
+            return self._elaborate_registered_head()
         m = Module()
         width = Shape.cast(self._shape).width
         fifo_cls = SyncFIFOBuffered if self._buffered else SyncFIFO
@@ -67,4 +80,40 @@ class Queue(wiring.Component):
             fifo.r_en.eq(self.r.ready),
             self.level.eq(fifo.level),
         ]
+        return m
+
+    def _elaborate_registered_head(self):
+        """A head register in front of a fall-through FIFO of ``depth - 1``:
+        an entry goes straight into the head when the FIFO behind it is
+        empty and the head is free (or leaving), else into the FIFO; the
+        head refills from the FIFO as it leaves."""
+        m = Module()
+        width = Shape.cast(self._shape).width
+        head = Signal(width)
+        full = Signal()                       # the head holds an entry
+        pushed = self.w.valid & self.w.ready
+        popped = full & self.r.ready
+        m.d.comb += [self.r.valid.eq(full), self.r.payload.eq(head)]
+        if self._depth == 1:
+            m.d.comb += [self.w.ready.eq(~full), self.level.eq(full)]
+            with m.If(pushed):
+                m.d.sync += [head.eq(self.w.payload), full.eq(1)]
+            with m.Elif(popped):
+                m.d.sync += full.eq(0)
+            return m
+        m.submodules.fifo = fifo = SyncFIFO(width=width, depth=self._depth - 1)
+        direct = ~fifo.r_rdy & (~full | popped)       # the entry goes into the head
+        m.d.comb += [
+            self.w.ready.eq(fifo.w_rdy | ~full),
+            fifo.w_data.eq(self.w.payload),
+            fifo.w_en.eq(self.w.valid & ~direct),
+            fifo.r_en.eq(popped),
+            self.level.eq(full + fifo.level),
+        ]
+        with m.If(popped & fifo.r_rdy):
+            m.d.sync += head.eq(fifo.r_data)
+        with m.Elif(pushed & direct):
+            m.d.sync += [head.eq(self.w.payload), full.eq(1)]
+        with m.Elif(popped):
+            m.d.sync += full.eq(0)
         return m

@@ -182,7 +182,11 @@ class ReduceOnWrite(wiring.Component):
         sum_now = Signal(summed)
         m.d.comb += [sum_now.addr.eq(side.addr), sum_now.data.eq(merged),
                      sum_now.be.eq(side.be), sum_now.user.eq(side.user)]
-        m.submodules.pending = pending = Queue(summed, limit, buffered=False)
+        # its head in flip-flops: every queued beat compares its address with
+        # the head's, and the kept words load from it (a LUT-RAM read there
+        # was the critical path of the board build)
+        m.submodules.pending = pending = Queue(summed, limit, buffered=False,
+                                               registered_head=True)
         # ``waiting`` equals ``pending.r.valid`` (the queue holds a word), kept
         # in a flip-flop of its own for the write handshake: the queue's valid
         # also selects every bit of ``out``, and that load would slow it
