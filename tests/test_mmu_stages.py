@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""One test per MMU stage (hw/mmu.py: MatchStage, SelectStage, CheckStage,
+"""One test per MMU stage (hw/mmu/: MatchStage, SelectStage, CheckStage,
 CommandUnit): its stream contract under random idle cycles and back-pressure
 (an offer that is not taken stays, with the same payload, until it is; nothing
 is lost, duplicated or reordered) and what it must compute, against plain

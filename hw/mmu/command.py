@@ -1,0 +1,169 @@
+"""The TLB registers and the REMAP / INVAL / COMMIT engine."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib import ctx_bits
+from .layouts import MmuCommand, MmuOp, TlbEntry, _check_arch, _offset_mask, _page_numbers, _reads_copy
+
+__all__ = ["CommandUnit"]
+
+
+class CommandUnit(wiring.Component):
+    """The TLB registers and the REMAP / INVAL / COMMIT engine.
+
+    A command is accepted (``ACCEPT``, edge *t*), matched against the TLB
+    (``PLACE``: the same-key, free and same-context vectors and the
+    command's decoded op and page numbers are registered at edge *t+1*), a
+    REMAP's target is chosen from those vectors (``CHOOSE``, registered at
+    edge *t+2*) and the command executed (``EXECUTE``: the entries written
+    at edge *t+3*, later for a REMAP while ``fields_free`` is low), so the
+    entries' write enables and data start from flip-flops. ``cmd.ready`` is
+    high in ``ACCEPT`` and at the executing edge, so back-to-back commands
+    take three cycles each.
+
+    Interface attributes
+    --------------------
+    cmd : ``In(stream.Signature(MmuCommand(arch)))``
+    idle : ``Out(1)``
+        No command is pending (every accepted command has taken effect).
+    entries : ``Out(TlbEntry(arch)).array(tlb_entries)``
+        The TLB registers.
+    victim : ``Out(range(tlb_entries))``
+        The round-robin victim pointer.
+    fields_write : ``Out(1)``
+        A REMAP is waiting to write an entry: the lookup must not register a
+        new hit vector.
+    fields_free : ``In(1)``
+        The lookup reads no fields after this edge: a REMAP may execute.
+    commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``
+        The command register's context, and a COMMIT is in ``PLACE``: the
+        entries are then those it acts on (every earlier command has taken
+        effect, and it takes effect at the third edge from here).
+    """
+
+    def __init__(self, arch):
+        _check_arch(arch)
+        self._arch = arch
+        n = arch.tlb_entries
+        super().__init__({
+            "cmd": In(stream.Signature(MmuCommand(arch))),
+            "idle": Out(1),
+            "entries": Out(TlbEntry(arch)).array(n),
+            "victim": Out(range(max(2, n))),
+            "fields_write": Out(1),
+            "fields_free": In(1),
+            "commit_ctx": Out(ctx_bits(arch)),
+            "commit_place": Out(1),
+        })
+
+    arch = property(lambda self: self._arch, doc="The architectural parameters.")
+
+    def _place(self, m, near, upper_half):
+        """At the PLACE edge, register the same-key entries, the free ones and
+        the entries of the command's context (a COMMIT's). ``near`` and
+        ``upper_half`` are ``(command, vpn)`` copies: the upper half of the
+        groups of entries compares with ``upper_half`` (as the match stage does)."""
+        n = self._arch.tlb_entries
+        same, free, owned = Signal(n), Signal(n), Signal(n)
+        for k, e in enumerate(self.entries):
+            c, vpn = upper_half if _reads_copy(self._arch, k) else near
+            m.d.sync += [
+                same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
+                           == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
+                free[k].eq(~e.valid),
+                owned[k].eq(e.valid & (e.ctx == c.ctx)),
+            ]
+        return same, free, owned
+
+    def _choose(self, m, same, free):
+        """At the CHOOSE edge, register a REMAP's target (one-hot): the
+        same-key entry, else the lowest free one, else the victim; and whether
+        it took an entry without evicting one."""
+        n = self._arch.tlb_entries
+        target, placed = Signal(n), Signal()
+        m.d.sync += placed.eq(same.any() | free.any())
+        with m.If(same.any()):
+            m.d.sync += target.eq(same & (~same + 1))
+        with m.Elif(free.any()):
+            m.d.sync += target.eq(free & (~free + 1))
+        with m.Else():
+            m.d.sync += target.eq(Const(1, n) << self.victim)
+        return target, placed
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        p0_bits, pn = _page_numbers(arch)
+        c = Signal(MmuCommand(arch))
+        mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
+        m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
+                     vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
+        # a second copy of the command, stored inverted (so synthesis keeps
+        # both), for the upper half of PLACE's comparators (FPGA timing)
+        upper_cmd_n = Signal(len(Value.cast(c)))
+        upper_cmd = Signal(MmuCommand(arch))
+        upper_mask, upper_vpn = Signal(pn), Signal(pn)
+        m.d.comb += [Value.cast(upper_cmd).eq(~upper_cmd_n),
+                     upper_mask.eq(_offset_mask(arch, upper_cmd.size)),
+                     upper_vpn.eq(upper_cmd.va[p0_bits:] & ~upper_mask)]
+        # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
+        # write enables and data then start from flip-flops
+        ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
+        key = Signal(data.StructLayout({"vpn": pn, "ppn": pn}))
+        m.d.comb += self.commit_ctx.eq(c.ctx)
+        with m.FSM(name="command"):
+            with m.State("ACCEPT"):
+                m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(self.cmd.payload), upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
+                    m.next = "PLACE"
+            with m.State("PLACE"):
+                m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
+                same, free, owned = self._place(m, (c, vpn), (upper_cmd, upper_vpn))
+                m.d.sync += [ops.remap.eq(c.op == MmuOp.REMAP), ops.inval.eq(c.op == MmuOp.INVAL),
+                             ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
+                m.next = "CHOOSE"
+            with m.State("CHOOSE"):
+                target, placed = self._choose(m, same, free)
+                m.next = "EXECUTE"
+            with m.State("EXECUTE"):
+                m.d.comb += self.fields_write.eq(ops.remap)
+                with m.If(~ops.remap | self.fields_free):
+                    self._execute(m, c, key, ops, (same, owned, target, placed))
+                    # the next command may be accepted at the same edge: its
+                    # PLACE sees the entries this one leaves
+                    m.d.comb += self.cmd.ready.eq(1)
+                    with m.If(self.cmd.valid):
+                        m.d.sync += [c.eq(self.cmd.payload),
+                                     upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
+                        m.next = "PLACE"
+                    with m.Else():
+                        m.next = "ACCEPT"
+        return m
+
+    def _execute(self, m, c, key, ops, vectors):
+        """At the EXECUTE edge. Only this unit writes the entries, so the
+        vectors registered at PLACE and CHOOSE still describe them."""
+        n = self._arch.tlb_entries
+        same, owned, target, placed = vectors
+        with m.If(ops.remap):
+            for k, e in enumerate(self.entries):
+                with m.If(target[k]):
+                    m.d.sync += [
+                        e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
+                        e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
+                        e.vpn.eq(key.vpn), e.ppn.eq(key.ppn),
+                    ]
+            with m.If(~placed):
+                m.d.sync += self.victim.eq(Mux(self.victim == n - 1, 0, self.victim + 1))
+        with m.If(ops.inval):
+            for k, e in enumerate(self.entries):
+                with m.If(same[k]):
+                    m.d.sync += e.valid.eq(0)
+        with m.If(ops.commit):
+            for k, e in enumerate(self.entries):
+                with m.If(owned[k]):
+                    m.d.sync += [e.staged.eq(0), e.valid.eq(e.staged)]
