@@ -1,136 +1,16 @@
-"""Banked on-chip SRAM with byte enables and stream ports.
-
-One :class:`BankedMemory` is a device's local physical memory: ``size`` bytes,
-little-endian, seen as words of ``data_width`` bits. Word ``w`` lives in bank
-``w % banks`` at row ``w // banks`` (word interleaving, so consecutive words
-spread over the banks). Every bank is one :class:`amaranth.lib.memory.Memory`
-with one write port (byte granularity) and one synchronous read port per
-logical port of this component, so logical ports never conflict with each
-other.
-
-Read ports are request/response stream pairs with a latency of one cycle and
-full throughput: a request is accepted while the response register is empty or
-being emptied, so back-pressure on the response propagates to the request
-within the same cycle. Write ports are streams that are always ready; a write
-takes effect at the clock edge that accepts it. Reads are not transparent: a
-read and a write of the same word in the same cycle return the old data.
-"""
+"""Banked on-chip SRAM with byte enables and stream ports (:class:`BankedMemory`)."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, ClockSignal, Instance, MemoryData, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 from amaranth.utils import exact_log2
 
-from .lib import ParkedRoundRobin, RegisterSlice, check_bus_width, index_bits
+from ..lib import ParkedRoundRobin, RegisterSlice, check_bus_width, index_bits
+from .ports import BYTE_BITS, ReadPortSignature, WritePortSignature, lanes, word_addr_bits
 
-__all__ = ["BYTE_BITS", "lanes", "word_addr_bits", "ReadPortSignature", "WriteRequest",
-           "WritePortSignature", "BankedMemory"]
-
-#: Bits per byte: the write-enable granularity.
-BYTE_BITS = 8
-
-
-def lanes(data_width):
-    """Byte lanes of a ``data_width``-bit word (one write enable each)."""
-    return data_width // BYTE_BITS
-
-
-def word_addr_bits(size, data_width):
-    """Width of a word address into ``size`` bytes of ``data_width``-bit words
-    (at least 1): the ``addr`` of :class:`WriteRequest` and of read requests."""
-    return index_bits(max(1, size // lanes(data_width)))
-
-
-class WriteRequest(data.StructLayout):
-    """Payload of a memory write: word address, data and one enable bit per byte lane.
-
-    Parameters
-    ----------
-    addr_width : int
-        Width of the word address.
-    data_width : int
-        Bus width in bits.
-    """
-    def __init__(self, addr_width, data_width):
-        super().__init__({
-            "addr": addr_width,
-            "data": data_width,
-            "be": lanes(data_width),
-        })
-
-
-class ReadPortSignature(wiring.Signature):
-    """A read port as seen by its requester.
-
-    Members
-    -------
-    req : ``Out(stream.Signature(addr_width))``
-        Word address to read.
-    rsp : ``In(stream.Signature(data_width))``
-        Read data, in request order.
-    """
-    def __init__(self, addr_width, data_width):
-        self._addr_width = addr_width
-        self._data_width = data_width
-        super().__init__({
-            "req": Out(stream.Signature(addr_width)),
-            "rsp": In(stream.Signature(data_width)),
-        })
-
-    @property
-    def addr_width(self):
-        return self._addr_width
-
-    @property
-    def data_width(self):
-        return self._data_width
-
-    def __eq__(self, other):
-        return (type(other) is type(self) and other.addr_width == self.addr_width
-                and other.data_width == self.data_width)
-
-    def __repr__(self):
-        return f"ReadPortSignature({self.addr_width}, {self.data_width})"
-
-
-def WritePortSignature(addr_width, data_width):
-    """A write port as seen by its requester: ``Out(stream.Signature(WriteRequest))``."""
-    return stream.Signature(WriteRequest(addr_width, data_width))
-
-
-#: Simulation model of the SRAM macro a ``macro=True`` memory instantiates: one
-#: clock, ``WPORTS`` byte-enable write ports (a higher-numbered port wins a
-#: same-byte collision) and ``RPORTS`` registered, non-transparent read ports,
-#: contents zero at time 0: the timing of the Amaranth ``Memory`` it replaces.
-SRAM_VERILOG = """\
-// reshard_sram: simulation model of the SRAM macro used by hw.memory.BankedMemory(macro=True)
-module reshard_sram #(parameter WIDTH = 64, parameter DEPTH = 1024, parameter ABITS = 10,
-                      parameter WPORTS = 1, parameter RPORTS = 1) (
-  input                         clk,
-  input  [WPORTS*(WIDTH/8)-1:0] we,
-  input  [WPORTS*ABITS-1:0]     waddr,
-  input  [WPORTS*WIDTH-1:0]     wdata,
-  input  [RPORTS-1:0]           re,
-  input  [RPORTS*ABITS-1:0]     raddr,
-  output reg [RPORTS*WIDTH-1:0] rdata
-);
-  reg [WIDTH-1:0] mem [0:DEPTH-1];
-  integer i, p, b;
-  initial begin
-    for (i = 0; i < DEPTH; i = i + 1) mem[i] = {WIDTH{1'b0}};
-    rdata = {(RPORTS*WIDTH){1'b0}};
-  end
-  always @(posedge clk) begin
-    for (p = 0; p < RPORTS; p = p + 1)
-      if (re[p]) rdata[p*WIDTH +: WIDTH] <= mem[raddr[p*ABITS +: ABITS]];
-    for (p = 0; p < WPORTS; p = p + 1)
-      for (b = 0; b < WIDTH/8; b = b + 1)
-        if (we[p*(WIDTH/8) + b]) mem[waddr[p*ABITS +: ABITS]][b*8 +: 8] <= wdata[p*WIDTH + b*8 +: 8];
-  end
-endmodule
-"""
+__all__ = ["BankedMemory"]
 
 
 class _Answer(data.StructLayout):
