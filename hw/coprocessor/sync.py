@@ -24,7 +24,9 @@ class SyncUnit(wiring.Component):
     * ``WAIT``: waits until the semaphore reaches the count, then (two
       cycles after it is at the head: its operands and the comparison are
       registered, off the decoded word and the retire path) subtracts it;
-      while checked below, ``blocked`` is high, and ``quiesced`` stops the program
+      while known below (checked below a cycle earlier, no signal arriving
+      since: from its third cycle at the head), ``blocked`` is high (from a
+      register), and ``quiesced`` stops the program
       ``ABORTED`` / ``DEADLOCK`` (whatever ``step`` says: a blocked device
       holds no grant). ``quiesced`` says that nothing in the system can
       progress: every device stopped or ``blocked`` in the previous cycle and
@@ -100,10 +102,16 @@ class SyncUnit(wiring.Component):
             at[s] & (val >= held_count) for s, val in enumerate(self.semaphores)]).any()))
         satisfied = Signal()
         m.d.sync += satisfied.eq(reached & ~self.insn.ready & ~self.restart)
+        # checked below its count and no signal arrived since (semaphores only
+        # grow by signals while it waits): still below now, so ``blocked``
+        # comes from this register, not through the comparison
+        below = Signal()
+        m.d.sync += below.eq(checking & ~reached & ~self.insn.ready & ~self.restart
+                             & ~self.sig_in.valid)
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
-        return held_count, at, checking, reached, satisfied
+        return held_count, at, checking, below, satisfied
 
     def elaborate(self, platform):
         m = Module()
@@ -112,7 +120,7 @@ class SyncUnit(wiring.Component):
         error = Signal(C)
         m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
 
-        held_count, at, checking, reached, satisfied = self._wait_check(m, w, op)
+        held_count, at, checking, below, satisfied = self._wait_check(m, w, op)
         wait_retires = Signal()
         m.d.comb += wait_retires.eq(satisfied & step)
         # a WAIT that took from its semaphore (what verif's DMA monitor watches)
@@ -180,13 +188,14 @@ class SyncUnit(wiring.Component):
             m.d.comb += [stop.status.eq(StatusCode.HALTED), stop.cause.eq(CauseCode.NONE)]
         # quiesced implies blocked (see the class documentation), so a WAIT's
         # DEADLOCK stop does not wait for the semaphore comparison; a WAIT is
-        # blocked once checked below its count (not in its first cycle at the
-        # head, which could make another device see a false deadlock)
+        # blocked only once known below its count (never in its first two
+        # cycles at the head, nor the cycle after a signal arrives: a false
+        # blocked could make another device see a false deadlock)
         m.d.comb += [
             self.stop.valid.eq(v & (op.fence & step & fence_fault
                                     | op.wait & ~satisfied & self.quiesced
                                     | op.halt & step & self.done.all())),
             self.sig.valid.eq(v & op.signal & step),
-            self.blocked.eq(v & op.wait & checking & ~satisfied & ~reached),
+            self.blocked.eq(v & op.wait & checking & below),
         ]
         return m
