@@ -290,6 +290,28 @@ def test_register_slice_queue_variant_matches_cycle_for_cycle(urgent):
     run_simulation(m, [tb])
 
 
+@pytest.mark.parametrize("late_ready", [False, True])
+def test_register_slice_payload_init(late_ready):
+    """Before the first entry the payload registers hold ``payload_init``;
+    after it the slice behaves as any other."""
+    layout = data.StructLayout({"a": 5, "b": 3})
+    rs = RegisterSlice(layout, late_ready=late_ready, payload_init=0xA5)
+    assert rs.payload_init == 0xA5
+
+    async def tb(ctx):
+        assert not ctx.get(rs.o.valid)
+        p = ctx.get(rs.o.payload)
+        assert (p.a, p.b) == (0xA5 & 31, 0xA5 >> 5)
+        ctx.set(rs.o.ready, 1)
+        await stream_put(ctx, rs.i, {"a": 3, "b": 1})
+        p = ctx.get(rs.o.payload)
+        assert ctx.get(rs.o.valid) and (p.a, p.b) == (3, 1)
+
+    run_simulation(rs, [tb])
+    with pytest.raises(ValueError, match=r"Payload reset value must be an integer in 0\.\.2\*\*8-1, not 256"):
+        RegisterSlice(layout, payload_init=256)
+
+
 def test_register_slice_rejects_bad_urgent_fields():
     layout = data.StructLayout({"a": 5, "b": 3})
     with pytest.raises(ValueError, match="late_ready=True"):

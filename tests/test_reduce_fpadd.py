@@ -27,13 +27,13 @@ FMTS = ("f32", "bf16")
 SEQ_BITS = 16          # side-band: a sequence number, to catch drops and repeats
 
 
-def run_adder(fmt, data_width, pairs, *, seed=0, idle=0.2, bp=0.3):
+def run_adder(fmt, data_width, pairs, *, seed=0, idle=0.2, bp=0.3, own_operands=False):
     """Sums of ``pairs`` (element bit patterns) through an :class:`FpAdd`,
     packed ``lanes`` to a word, under random idle cycles and back-pressure.
     Asserts every word comes out once, in order, and that an offered sum
     stays offered unchanged until taken."""
     w = WIDTH[fmt]
-    dut = FpAdd(fmt, data_width, user_shape=SEQ_BITS)
+    dut = FpAdd(fmt, data_width, user_shape=SEQ_BITS, own_operands=own_operands)
     lanes = dut.lanes
     pairs = list(pairs) + [(0, 0)] * (-len(pairs) % lanes)
     words = [(sum(a << (k * w) for k, (a, _) in enumerate(pairs[i:i + lanes])),
@@ -182,6 +182,15 @@ def test_wide_bus(fmt, width):
     pairs = [(rng.getrandbits(w), rng.getrandbits(w)) for _ in range(16 * 256 // w)]
     pairs += constructed_pairs(fmt, rng, 8)
     check(fmt, *run_adder(fmt, width, pairs, seed=6))
+
+
+def test_own_operand_register_sums_the_same():
+    """``own_operands`` (as the reduce unit's bf16 adder) changes only the
+    operand register's reset value."""
+    rng = random.Random(9)
+    pairs = [(rng.getrandbits(16), rng.getrandbits(16)) for _ in range(64)]
+    pairs += constructed_pairs("bf16", rng, 8)
+    check("bf16", *run_adder("bf16", 64, pairs, seed=10, own_operands=True))
 
 
 # ------------------------------------------------------------------ timing

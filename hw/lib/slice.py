@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Shape, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["RegisterSlice"]
@@ -22,7 +22,14 @@ class RegisterSlice(wiring.Component):
     Parameters
     ----------
     shape : shape-castable
-        Payload shape (at least one bit wide).
+        Payload shape (at least one bit wide): a plain shape or a ``data``
+        layout.
+    payload_init : int
+        Reset value of the payload registers, as bits (default 0; before
+        the first entry ``o.payload`` is this, and ``o.valid`` is low). A
+        slice fed exactly what another is fed keeps registers of its own
+        only if their reset values differ: Yosys merges flip-flops with the
+        same input, enable and reset value (see :mod:`.copies`).
 
     Interface attributes
     --------------------
@@ -44,9 +51,14 @@ class RegisterSlice(wiring.Component):
     flip-flop that drives a few selects, not every payload bit's.
     """
 
-    def __init__(self, shape, *, late_ready=False, urgent=()):
-        if Shape.cast(shape).width < 1:
+    def __init__(self, shape, *, late_ready=False, urgent=(), payload_init=0):
+        width = Shape.cast(shape).width
+        if width < 1:
             raise ValueError(f"Register slice payload must be at least 1 bit wide, not {shape!r}")
+        if (not isinstance(payload_init, int) or isinstance(payload_init, bool)
+                or not 0 <= payload_init < 1 << width):
+            raise ValueError(f"Payload reset value must be an integer in 0..2**{width}-1, "
+                             f"not {payload_init!r}")
         urgent = tuple(urgent)
         if urgent:
             if not late_ready:
@@ -60,6 +72,7 @@ class RegisterSlice(wiring.Component):
         self._shape = shape
         self._late_ready = bool(late_ready)
         self._urgent = urgent
+        self._payload_init = payload_init
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -71,6 +84,15 @@ class RegisterSlice(wiring.Component):
                           doc="The entries are a two-register queue (see above).")
     urgent = property(lambda self: self._urgent,
                       doc="Fields read through their own copy of the read pointer.")
+    payload_init = property(lambda self: self._payload_init,
+                            doc="Reset value of the payload registers.")
+
+    def _payload_register(self, name):
+        """A register of the payload's shape, reset to :attr:`payload_init`."""
+        init = self._payload_init
+        if isinstance(self._shape, data.Layout):
+            init = data.Const(self._shape, init)
+        return Signal(self._shape, init=init, name=name)
 
     def elaborate(self, platform):
         if self._late_ready:
@@ -81,17 +103,18 @@ class RegisterSlice(wiring.Component):
         # synthesis keeps both): skid_valid selects every payload bit, and the
         # sender's decisions should not wait on a net that wide
         skid_free = Signal(init=1)
-        skid = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(skid_free)
+        skid = self._payload_register("skid")
+        out = self._payload_register("out")
+        m.d.comb += [self.i.ready.eq(skid_free), self.o.payload.eq(out)]
         taken_in = self.i.valid & self.i.ready
         out_free = ~self.o.valid | self.o.ready
         with m.If(out_free):
             # the skid entry (older) first, else the entry arriving now
             with m.If(skid_valid):
-                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0),
+                m.d.sync += [out.eq(skid), self.o.valid.eq(1), skid_valid.eq(0),
                              skid_free.eq(1)]
             with m.Else():
-                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+                m.d.sync += [out.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(taken_in):
             m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1), skid_free.eq(0)]
         with m.If(self.flush):
@@ -100,7 +123,7 @@ class RegisterSlice(wiring.Component):
 
     def _elaborate_queue(self):
         m = Module()
-        entry = [Signal.like(self.i.payload, name=f"entry{k}") for k in range(2)]
+        entry = [self._payload_register(f"entry{k}") for k in range(2)]
         full = Signal(2)
         rd, wr = Signal(), Signal()      # the older entry; the register written next
         rd_urgent_n = Signal(init=1)     # ~rd, for the urgent fields' multiplexers

@@ -1,7 +1,7 @@
 """The floating-point lane adder: align, add, normalize-and-round."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Cat, Module, Shape
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -62,6 +62,11 @@ class FpAdd(wiring.Component):
     user_shape : shape-castable
         Side-band carried with each word from ``i`` to ``o`` unchanged
         (default: none).
+    own_operands : bool
+        The operand register's reset value is all ones (default False), so
+        an adder fed the same operands as another keeps an operand register
+        of its own near its stages instead of sharing one that synthesis
+        merged (FPGA timing; see :class:`hw.lib.RegisterSlice`).
 
     Interface attributes
     --------------------
@@ -75,8 +80,9 @@ class FpAdd(wiring.Component):
     #: count, normalize, round.
     STAGES = 7
 
-    def __init__(self, fmt, data_width, *, user_shape=0):
+    def __init__(self, fmt, data_width, *, user_shape=0, own_operands=False):
         f = check_format(fmt)
+        self._own_operands = bool(own_operands)
         self._fmt = f
         self._lanes = check_lane_width(data_width, f)
         self._data_width = data_width
@@ -106,7 +112,9 @@ class FpAdd(wiring.Component):
                   Count(f, n, user), Normalize(f, n, user), RoundPack(f, n, user)]
         for stage in stages:
             m.submodules[type(stage).__name__.lower()] = stage
-        m.submodules.operands = operands = RegisterSlice(AddOperands(f, n, user))
+        operands_shape = AddOperands(f, n, user)
+        init = (1 << Shape.cast(operands_shape).width) - 1 if self._own_operands else 0
+        m.submodules.operands = operands = RegisterSlice(operands_shape, payload_init=init)
         wiring.connect(m, wiring.flipped(self.i), operands.i)
         # Forward: stream to stream. Backward: a stage's i.ready is
         # ~o.valid | o.ready, so chained, stage k may load when some stage
