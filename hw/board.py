@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from amaranth.hdl import ClockDomain, Elaboratable, Instance, Module, Signal
 from amaranth.lib import wiring
+from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .axilite import AxiLiteMaster
@@ -144,7 +145,8 @@ class BoardPins(Elaboratable):
 
     The ``sync`` domain runs at ``freq_mhz``: from an ECP5 PLL (EHXPLLL)
     when that differs from the board's oscillator, held in reset until the
-    PLL locks; otherwise straight from the oscillator. Pass and fail go to
+    PLL locks (its lock released through a reset synchronizer); otherwise
+    straight from the oscillator. Pass and fail go to
     two LEDs (``led`` 0 and 1, or an RGB LED's green and red), the verdict
     line to ``uart`` 0 when the board has one, and ``button`` 0 (when there
     is one) reruns the self-test.
@@ -176,7 +178,9 @@ class BoardPins(Elaboratable):
                 i_PHASESEL1=0, i_PHASEDIR=0, i_PHASESTEP=0, i_PHASELOADREG=0, i_PLLWAKESYNC=0,
                 i_ENCLKOP=0, o_CLKOP=cd_sync.clk, o_LOCK=locked)
             platform.add_clock_constraint(cd_sync.clk, achieved * 1e6)
-            m.d.comb += cd_sync.rst.eq(~locked)
+            # the PLL's lock is asynchronous: the reset is released through a
+            # synchronizer, so every flip-flop leaves it at the same edge
+            m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
         if "led" in names:
             m.d.comb += [platform.request("led", 0).o.eq(top.led_pass),
                          platform.request("led", 1).o.eq(top.led_fail)]
