@@ -232,10 +232,8 @@ class ReduceOnWrite(wiring.Component):
         A, W, n = self._addr_width, self._data_width, self._depth
         side_layout = _Side(A, W, self._user_width)
         m.submodules.add_f32 = f32 = FpAdd("f32", W, user_shape=side_layout)
-        # one user bit, unused: a zero-width payload field becomes a [-1:0]
-        # vector in the emitted Verilog, which Verilator's lint rejects; an
-        # operand register of its own (both adders take the same operands:
-        # one merged register fed both, far apart, on the board)
+        # one (unused) user bit: Verilator's lint rejects a [-1:0] field; its
+        # own operand register (Yosys merged both adders' into one, far apart)
         m.submodules.add_bf16 = bf16 = FpAdd("bf16", W, user_shape=1, own_operands=True)
 
         # ---- the write stage (the adders never stall; see _write_stage)
