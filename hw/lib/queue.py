@@ -94,13 +94,7 @@ class Queue(wiring.Component):
         pushed = self.w.valid & self.w.ready
         popped = full & self.r.ready
         m.d.comb += [self.r.valid.eq(full), self.r.payload.eq(head)]
-        if self._depth == 1:
-            m.d.comb += [self.w.ready.eq(~full), self.level.eq(full)]
-            with m.If(pushed):
-                m.d.sync += [head.eq(self.w.payload), full.eq(1)]
-            with m.Elif(popped):
-                m.d.sync += full.eq(0)
-            return m
+        # (a queue of one entry: a FIFO of none, never ready either side)
         m.submodules.fifo = fifo = SyncFIFO(width=width, depth=self._depth - 1)
         direct = ~fifo.r_rdy & (~full | popped)       # the entry goes into the head
         m.d.comb += [
