@@ -15,8 +15,8 @@ binds it to an amaranth-boards platform (clock, LEDs, UART, a button).
 from __future__ import annotations
 
 from amaranth.hdl import ClockDomain, Elaboratable, Instance, Module, Signal
-from amaranth.lib import wiring
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib import io, wiring
+from amaranth.lib.cdc import AsyncFFSynchronizer, FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .axilite import AxiLiteMaster
@@ -160,11 +160,12 @@ class BoardPins(Elaboratable):
         m = Module()
         m.submodules.top = top = self.top
         names = {r.name for r in platform.resources.values()}
-        clk_in = platform.request(platform.default_clk, dir="i")
+        m.submodules.clk_buf = clk_buf = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
+        clk_in = clk_buf.i
         f_in = platform.default_clk_frequency / 1e6
         m.domains.sync = cd_sync = ClockDomain("sync")
         if abs(f_in - self.freq_mhz) < 1e-6:
-            m.d.comb += cd_sync.clk.eq(clk_in.i)
+            m.d.comb += cd_sync.clk.eq(clk_in)
         else:
             clki, fb, op, achieved = ecp5_pll_params(f_in, self.freq_mhz)
             locked = Signal()
@@ -174,25 +175,36 @@ class BoardPins(Elaboratable):
                 p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
                 p_FEEDBK_PATH="CLKOP", p_CLKI_DIV=clki, p_CLKFB_DIV=fb, p_CLKOP_DIV=op,
                 p_CLKOP_CPHASE=op - 1, p_CLKOP_FPHASE=0,
-                i_CLKI=clk_in.i, i_CLKFB=cd_sync.clk, i_RST=0, i_STDBY=0, i_PHASESEL0=0,
+                i_CLKI=clk_in, i_CLKFB=cd_sync.clk, i_RST=0, i_STDBY=0, i_PHASESEL0=0,
                 i_PHASESEL1=0, i_PHASEDIR=0, i_PHASESTEP=0, i_PHASELOADREG=0, i_PLLWAKESYNC=0,
                 i_ENCLKOP=0, o_CLKOP=cd_sync.clk, o_LOCK=locked)
             platform.add_clock_constraint(cd_sync.clk, achieved * 1e6)
             # the PLL's lock is asynchronous: the reset is released through a
-            # synchronizer, so every flip-flop leaves it at the same edge
-            m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+            # synchronizer, so every flip-flop leaves it at the same edge; it
+            # reaches them through a global buffer (DCCA), not the fabric,
+            # where its ~17k loads would crowd every tile's routing
+            released = Signal()
+            m.submodules.reset_sync = AsyncFFSynchronizer(~locked, released, o_domain="sync")
+            m.submodules.reset_buffer = Instance("DCCA", i_CLKI=released, i_CE=1,
+                                                 o_CLKO=cd_sync.rst)
+
+        def pin(direction, port, name):
+            m.submodules[name] = buf = io.Buffer(direction, port)
+            return buf
+
         if "led" in names:
-            m.d.comb += [platform.request("led", 0).o.eq(top.led_pass),
-                         platform.request("led", 1).o.eq(top.led_fail)]
+            m.d.comb += [pin("o", platform.request("led", 0, dir="-"), "led_pass").o.eq(top.led_pass),
+                         pin("o", platform.request("led", 1, dir="-"), "led_fail").o.eq(top.led_fail)]
         else:
-            rgb = platform.request("rgb_led", 0)
-            m.d.comb += [rgb.g.o.eq(top.led_pass), rgb.r.o.eq(top.led_fail)]
+            rgb = platform.request("rgb_led", 0, dir="-")
+            m.d.comb += [pin("o", rgb.g, "led_pass").o.eq(top.led_pass),
+                         pin("o", rgb.r, "led_fail").o.eq(top.led_fail)]
         if "uart" in names:
-            m.d.comb += platform.request("uart", 0).tx.o.eq(top.tx)
+            m.d.comb += pin("o", platform.request("uart", 0, dir="-").tx, "uart_tx").o.eq(top.tx)
         if "button" in names:
-            from amaranth.lib.cdc import FFSynchronizer
             pressed, last = Signal(), Signal()
-            m.submodules.button_sync = FFSynchronizer(platform.request("button", 0).i, pressed)
+            button = pin("i", platform.request("button", 0, dir="-"), "button")
+            m.submodules.button_sync = FFSynchronizer(button.i, pressed)
             m.d.sync += last.eq(pressed)
             m.d.comb += top.rerun.eq(pressed & ~last)
         return m

@@ -53,6 +53,50 @@ def test_ecp5_pll_settings(f_in, f_out):
     assert achieved == pytest.approx(f_in / clki * fb)
 
 
+def _pins_rtlil(board_name, freq_mhz):
+    """The RTLIL of :class:`BoardPins` on a board around a stub top (the
+    board top's four ports, a toggling LED)."""
+    from amaranth.hdl import Elaboratable, Module, Signal
+    from hw.board import BoardPins
+
+    class Stub(Elaboratable):
+        def __init__(self):
+            self.led_pass, self.led_fail, self.tx, self.rerun = Signal(), Signal(), Signal(), Signal()
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.led_pass.eq(~self.led_pass)
+            return m
+
+    pins = BoardPins(Stub(), freq_mhz=freq_mhz)
+    return BOARDS[board_name].platform().prepare(pins, name="top").files["top.il"]
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_every_board_binds_its_leds_uart_and_button(name):
+    b = BOARDS[name]
+    f = 100.0 if PARTS[b.part].family == "ecp5" else b.platform().default_clk_frequency / 1e6
+    il = _pins_rtlil(name, f)
+    assert "led_pass" in il and "led_fail" in il
+    assert ("uart_tx" in il) == b.uart
+    # a reset only where a PLL makes the clock, and then through the global buffer
+    assert ("cell \\DCCA" in il) == ("cell \\EHXPLLL" in il)
+
+
+def test_pll_reset_is_synchronized_and_reaches_flip_flops_through_a_global_buffer():
+    """On a PLL-clocked board the sync domain's reset comes from a DCCA (a
+    global buffer) fed by a synchronizer of the PLL's lock: not from the
+    fabric, where its ~17k loads were a critical path, and not from the
+    asynchronous lock itself."""
+    il = _pins_rtlil("ulx3s-85f", 100)
+    dcca = il[il.index("cell \\DCCA"):]
+    dcca = dcca[:dcca.index("end")]
+    assert "connect \\CLKO \\rst" in dcca
+    clki = dcca.split("connect \\CLKI ")[1].split()[0]
+    assert "locked" not in clki                  # through the synchronizer, not the lock
+    assert "cell \\EHXPLLL" in il and "reset_sync" in il
+
+
 @pytest.mark.slow
 def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
     """One real synthesis, place and route (YoWASP Yosys + nextpnr-ecp5, seed
