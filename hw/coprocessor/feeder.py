@@ -184,7 +184,8 @@ class DescriptorFeeder(wiring.Component):
         of (with both entries full, the younger one counts for every channel:
         a channel is then never done too early)."""
         C = self._arch.channels
-        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True)
+        # (a few hundred bits: four groups, so no control flip-flop drives every enable)
+        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True, groups=4)
         wiring.connect(m, wiring.flipped(self.w), w_slice.i)
         m.d.comb += w_slice.flush.eq(self.flush)
         w = w_slice.o

@@ -207,9 +207,11 @@ class Coprocessor(wiring.Component):
         m.submodules.decode = decode = Decoder(arch)
         # a two-register queue: the sequencer's late ready reaches a few flip-flops,
         # not the enables of the whole decoded instruction; the flags the units
-        # decide with read their own copy of its pointer
+        # decide with read their own copy of its pointer; its few hundred bits load in
+        # four groups, each from control flip-flops of its own
         m.submodules.decoded = decoded = RegisterSlice(
-            Decoded(arch.imem_words), late_ready=True, urgent=("cause", "unit", "op", "fence_all"))
+            Decoded(arch.imem_words), late_ready=True, urgent=("cause", "unit", "op", "fence_all"),
+            groups=4)
         m.submodules.sequencer = seq = Sequencer(arch.imem_words)
         m.submodules.issue = issue = CopyIssue(arch)
         m.submodules.feeder = feeder = DescriptorFeeder(arch, depth=self._desc_depth)

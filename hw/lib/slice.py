@@ -1,7 +1,7 @@
 """The register slice: a stream stage that cuts every combinational path."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,6 +31,16 @@ class RegisterSlice(wiring.Component):
         only if their reset values differ: Yosys merges flip-flops with the
         same input, enable and reset value (see :mod:`.copies`).
 
+    groups : int
+        The payload's bits are split into this many contiguous groups (1 to
+        the payload width), each loaded and selected by control flip-flops of
+        its own that move in lock-step with the others (synthesis cannot
+        merge them: each group's next state is computed from its own). A
+        control flip-flop then drives a group's enables, not every payload
+        bit's: on an FPGA a net to a few hundred enables spreads over many
+        tiles and routes slowly. ``i.ready`` and ``o.valid`` come from group
+        0; the cycle behaviour does not depend on ``groups``.
+
     Interface attributes
     --------------------
     i : ``In(stream.Signature(shape))``
@@ -51,10 +61,13 @@ class RegisterSlice(wiring.Component):
     flip-flop that drives a few selects, not every payload bit's.
     """
 
-    def __init__(self, shape, *, late_ready=False, urgent=(), payload_init=0):
+    def __init__(self, shape, *, late_ready=False, urgent=(), payload_init=0, groups=1):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Register slice payload must be at least 1 bit wide, not {shape!r}")
+        if not isinstance(groups, int) or isinstance(groups, bool) or not 1 <= groups <= width:
+            raise ValueError(f"Groups must be an integer in 1..{width} (the payload width), "
+                             f"not {groups!r}")
         if (not isinstance(payload_init, int) or isinstance(payload_init, bool)
                 or not 0 <= payload_init < 1 << width):
             raise ValueError(f"Payload reset value must be an integer in 0..2**{width}-1, "
@@ -73,6 +86,7 @@ class RegisterSlice(wiring.Component):
         self._late_ready = bool(late_ready)
         self._urgent = urgent
         self._payload_init = payload_init
+        self._groups = groups
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -86,6 +100,8 @@ class RegisterSlice(wiring.Component):
                       doc="Fields read through their own copy of the read pointer.")
     payload_init = property(lambda self: self._payload_init,
                             doc="Reset value of the payload registers.")
+    groups = property(lambda self: self._groups,
+                      doc="Payload bit groups with control flip-flops of their own.")
 
     def _payload_register(self, name):
         """A register of the payload's shape, reset to :attr:`payload_init`."""
@@ -94,58 +110,77 @@ class RegisterSlice(wiring.Component):
             init = data.Const(self._shape, init)
         return Signal(self._shape, init=init, name=name)
 
+    def _bit_groups(self):
+        """(low, high) bit ranges of the payload, one per group."""
+        width, n = Shape.cast(self._shape).width, self._groups
+        bounds = [width * k // n for k in range(n + 1)]
+        return list(zip(bounds, bounds[1:]))
+
     def elaborate(self, platform):
         if self._late_ready:
             return self._elaborate_queue()
         m = Module()
-        skid_valid = Signal()
-        # i.ready from a flip-flop of its own (~skid_valid, stored inverted so
-        # synthesis keeps both): skid_valid selects every payload bit, and the
-        # sender's decisions should not wait on a net that wide
-        skid_free = Signal(init=1)
-        skid = self._payload_register("skid")
-        out = self._payload_register("out")
-        m.d.comb += [self.i.ready.eq(skid_free), self.o.payload.eq(out)]
-        taken_in = self.i.valid & self.i.ready
-        out_free = ~self.o.valid | self.o.ready
-        with m.If(out_free):
-            # the skid entry (older) first, else the entry arriving now
-            with m.If(skid_valid):
-                m.d.sync += [out.eq(skid), self.o.valid.eq(1), skid_valid.eq(0),
-                             skid_free.eq(1)]
-            with m.Else():
-                m.d.sync += [out.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
-        with m.Elif(taken_in):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1), skid_free.eq(0)]
-        with m.If(self.flush):
-            m.d.sync += [self.o.valid.eq(0), skid_valid.eq(0), skid_free.eq(1)]
+        skid = Value.cast(self._payload_register("skid"))
+        out = Value.cast(self._payload_register("out"))
+        i_bits = Value.cast(self.i.payload)
+        m.d.comb += Value.cast(self.o.payload).eq(out)
+        for g, (lo, hi) in enumerate(self._bit_groups()):
+            out_valid = self.o.valid if g == 0 else Signal(name=f"out_valid{g}")
+            skid_valid = Signal(name=f"skid_valid{g}")
+            # i.ready from a flip-flop of its own (~skid_valid, stored inverted so
+            # synthesis keeps both): skid_valid selects every payload bit of the
+            # group, and the sender's decisions should not wait on a net that wide
+            skid_free = Signal(init=1, name=f"skid_free{g}")
+            if g == 0:
+                m.d.comb += self.i.ready.eq(skid_free)
+            taken_in = self.i.valid & skid_free
+            with m.If(~out_valid | self.o.ready):
+                # the skid entry (older) first, else the entry arriving now
+                with m.If(skid_valid):
+                    m.d.sync += [out[lo:hi].eq(skid[lo:hi]), out_valid.eq(1),
+                                 skid_valid.eq(0), skid_free.eq(1)]
+                with m.Else():
+                    m.d.sync += [out[lo:hi].eq(i_bits[lo:hi]), out_valid.eq(self.i.valid)]
+            with m.Elif(taken_in):
+                m.d.sync += [skid[lo:hi].eq(i_bits[lo:hi]), skid_valid.eq(1), skid_free.eq(0)]
+            with m.If(self.flush):
+                m.d.sync += [out_valid.eq(0), skid_valid.eq(0), skid_free.eq(1)]
         return m
 
     def _elaborate_queue(self):
         m = Module()
         entry = [self._payload_register(f"entry{k}") for k in range(2)]
-        full = Signal(2)
-        rd, wr = Signal(), Signal()      # the older entry; the register written next
+        bits = [Value.cast(e) for e in entry]
+        i_bits, o_bits = Value.cast(self.i.payload), Value.cast(self.o.payload)
         rd_urgent_n = Signal(init=1)     # ~rd, for the urgent fields' multiplexers
-        # i.ready and o.valid from registers; o.payload through one multiplexer
-        m.d.comb += [self.i.ready.eq(~full.all()),
-                     self.o.valid.eq(full.bit_select(rd, 1)),
-                     self.o.payload.eq(Mux(rd, entry[1], entry[0]))]
-        if self._urgent:                 # o.valid is as urgent as any field
-            m.d.comb += self.o.valid.eq(Mux(rd_urgent_n, full[0], full[1]))
+        for g, (lo, hi) in enumerate(self._bit_groups()):
+            full = Signal(2, name=f"full{g}")
+            # the older entry; the register written next
+            rd, wr = Signal(name=f"rd{g}"), Signal(name=f"wr{g}")
+            m.d.comb += o_bits[lo:hi].eq(Mux(rd, bits[1][lo:hi], bits[0][lo:hi]))
+            # the free register loads whether or not anything arrives: its
+            # enable is a register's, never o.ready's
+            for k in range(2):
+                with m.If((wr == k) & ~full[k]):
+                    m.d.sync += bits[k][lo:hi].eq(i_bits[lo:hi])
+            valid = full.bit_select(rd, 1)
+            taken_in = self.i.valid & ~full.all()
+            taken_out = valid & self.o.ready
+            with m.If(taken_in):
+                m.d.sync += [full.bit_select(wr, 1).eq(1), wr.eq(~wr)]
+            with m.If(taken_out):
+                m.d.sync += [full.bit_select(rd, 1).eq(0), rd.eq(~rd)]
+            with m.If(self.flush):
+                m.d.sync += [full.eq(0), rd.eq(0), wr.eq(0)]
+            if g == 0:
+                # i.ready and o.valid from registers; o.payload through one multiplexer
+                m.d.comb += [self.i.ready.eq(~full.all()), self.o.valid.eq(valid)]
+                with m.If(taken_out):
+                    m.d.sync += rd_urgent_n.eq(rd)
+                with m.If(self.flush):
+                    m.d.sync += rd_urgent_n.eq(1)
+                if self._urgent:         # o.valid is as urgent as any field
+                    m.d.comb += self.o.valid.eq(Mux(rd_urgent_n, full[0], full[1]))
         for name in self._urgent:
             m.d.comb += self.o.payload[name].eq(Mux(rd_urgent_n, entry[0][name], entry[1][name]))
-        # the free register loads whether or not anything arrives: its enable
-        # is a register's, never o.ready's
-        for k in range(2):
-            with m.If((wr == k) & ~full[k]):
-                m.d.sync += entry[k].eq(self.i.payload)
-        taken_in = self.i.valid & self.i.ready
-        taken_out = self.o.valid & self.o.ready
-        with m.If(taken_in):
-            m.d.sync += [full.bit_select(wr, 1).eq(1), wr.eq(~wr)]
-        with m.If(taken_out):
-            m.d.sync += [full.bit_select(rd, 1).eq(0), rd.eq(~rd), rd_urgent_n.eq(rd)]
-        with m.If(self.flush):
-            m.d.sync += [full.eq(0), rd.eq(0), wr.eq(0), rd_urgent_n.eq(1)]
         return m
