@@ -61,6 +61,9 @@ def add_arguments(p):
                    help="nextpnr's router for a board (default: router2 on ECP5, nextpnr's own on iCE40)")
     p.add_argument("--placer", default=None, choices=["heap", "static", "sa"],
                    help="nextpnr's placer (default: static for ECP5 boards, nextpnr's own, heap, for --ooc and iCE40)")
+    p.add_argument("--no-floorplan", dest="floorplan", action="store_false",
+                   help="let nextpnr place every block RAM (default: each device's block RAMs are "
+                        "locked to its stripe of the die where the part has a site table)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -114,7 +117,7 @@ def _board(args) -> int:
                         tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
                         system_tools=args.system_tools, program=args.program, seed=args.seed,
-                        router=args.router, placer=args.placer,
+                        router=args.router, placer=args.placer, floorplan=args.floorplan,
                         time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:

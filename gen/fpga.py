@@ -509,6 +509,7 @@ class BoardOptions:
     seed: int = 0                       # the iCE40 subset's self-test workload
     router: str | None = None           # nextpnr's --router; None: router2 on ECP5, else its default
     placer: str | None = None           # nextpnr's --placer; None: static on ECP5, else its default
+    floorplan: bool = True              # lock each device's block RAMs to its stripe (gen.floorplan)
 
     def out_dir(self) -> Path:
         return Path(self.out or f"build/fpga/{self.board}")
@@ -666,6 +667,22 @@ def _device_workload(opts: BoardOptions, progress):
     return (lambda divisor: board_top(compiled, uart_divisor=divisor)), fields
 
 
+def _add_floorplan(plan, name: str, part: Part, devices: int) -> str | None:
+    """Insert :mod:`gen.floorplan` between synthesis and place and route in
+    ``plan``'s build script when ``part`` has a block RAM site table and the
+    top has two devices or more; returns what the report says of it."""
+    from gen.floorplan import EBR_SITES
+    if part.name not in EBR_SITES or devices < 2:
+        return None
+    script = f"{plan.script}.sh"
+    lines = plan.files[script].splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith('"$YOSYS"')) + 1
+    lines.insert(at, f'"{sys.executable}" -m gen.floorplan {name}.json '
+                     f'--part {part.name} --devices {devices}\n')
+    plan.files[script] = "".join(lines)
+    return f"each device's block RAMs locked to its 1/{devices} of the die (gen.floorplan)"
+
+
 def _run_build_script(plan, out: Path, env: dict, time_limit_s, progress):
     """Extract ``plan`` into ``out`` and run its build script (tool output in
     ``build.log``), stopping its whole process group after ``time_limit_s``.
@@ -737,8 +754,13 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
                                                         "--timing-allow-fail", "--seed", "1"]
                           + (["--router", router] if router else [])
                           + (["--placer", placer] if placer else []))
+    devices = (fields.get("reshard") or {}).get("devices", 0)
+    floorplan = _add_floorplan(plan, "top", p, devices) if opts.floorplan else None
     # the build script also runs each board's packer; programming tools are not called
     env = dict(env, DFU_SUFFIX="true")
+    if floorplan:                             # gen.floorplan importable from the build directory
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt"):
         (out / stale).unlink(missing_ok=True)
     t_build = time.perf_counter()
@@ -771,6 +793,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
                      "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
         "tools": tool_versions(env, p.family), "nextpnr_router": router or "default",
         "nextpnr_placer": placer or "default",
+        "floorplan": floorplan or "none (placed freely)",
         "build_seconds": build_seconds,
         "total_seconds": round(time.perf_counter() - t0, 1),
         "programmed": False, "report": str(out / "report.json"),
