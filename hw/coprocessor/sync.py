@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus
-from ..lib import sem_bits
+from ..lib import MAX_EXTRA_COPIES, register_copies, sem_bits
 from .common import (CauseCode, SignalMessage, StatusCode, StopRequest, UnitInsn,
                      first_fault_cause, semaphore_shape)
 
@@ -97,9 +97,15 @@ class SyncUnit(wiring.Component):
         m.d.sync += [held_count.eq(count),
                      checking.eq(self.insn.valid & ~self.insn.ready & op.wait & ~self.restart),
                      at.eq(Cat(*[w.wait.sem == s for s in range(len(self.semaphores))]))]
+        # a copy of the held count per pair of semaphores (their comparators and
+        # adders), so no one register spreads over all of them
+        S = len(self.semaphores)
+        copies = [held_count] + register_copies(m, count, 1, min(MAX_EXTRA_COPIES, (S - 1) // 2),
+                                                name="held_count_copy")
+        held = [copies[s * len(copies) // S] for s in range(S)]
         reached = Signal()          # the checked WAIT's semaphore has reached its count
         m.d.comb += reached.eq(checking & ((held_count == 0) | Cat(*[
-            at[s] & (val >= held_count) for s, val in enumerate(self.semaphores)]).any()))
+            at[s] & (val >= held[s]) for s, val in enumerate(self.semaphores)]).any()))
         satisfied = Signal()
         m.d.sync += satisfied.eq(reached & ~self.insn.ready & ~self.restart)
         # checked below its count and no signal arrived since (semaphores only
@@ -111,7 +117,7 @@ class SyncUnit(wiring.Component):
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
-        return held_count, at, checking, below, satisfied
+        return held, at, checking, below, satisfied
 
     def elaborate(self, platform):
         m = Module()
@@ -120,7 +126,7 @@ class SyncUnit(wiring.Component):
         error = Signal(C)
         m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
 
-        held_count, at, checking, below, satisfied = self._wait_check(m, w, op)
+        held, at, checking, below, satisfied = self._wait_check(m, w, op)
         wait_retires = Signal()
         m.d.comb += wait_retires.eq(satisfied & step)
         # a WAIT that took from its semaphore (what verif's DMA monitor watches)
@@ -139,9 +145,9 @@ class SyncUnit(wiring.Component):
             # the WAIT checked val >= count, and val has not dropped since: no
             # borrow, and with count >= 1 no saturation either
             waited = Signal.like(val, name=f"waited{s}")
-            m.d.comb += waited.eq(val + inc - held_count)
+            m.d.comb += waited.eq(val + inc - held[s])
             here = Signal(name=f"wait_here{s}")
-            m.d.comb += here.eq(at[s] & (held_count != 0))
+            m.d.comb += here.eq(at[s] & (held[s] != 0))
             with m.If(self.restart):
                 m.d.sync += val.eq(0)
             with m.Elif(wait_retires & here):
