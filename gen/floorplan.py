@@ -11,24 +11,22 @@ its own side.
 
 Run between synthesis and place and route on the synthesized netlist::
 
-    python -m gen.floorplan top.json --part LFE5U-85F --devices 2
+    python -m gen.floorplan_worker top.json --part LFE5U-85F --devices 2
 
 (``python -m gen fpga --board ...`` does it in the build script when the
 part has a site table in :data:`EBR_SITES`; other parts are placed freely).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from model.errors import InputError
 
-__all__ = ["EBR_SITES", "Site", "plan_bram_sites", "apply_floorplan", "main"]
+__all__ = ["EBR_SITES", "Site", "plan_bram_sites", "apply_floorplan"]
 
 
 @dataclass(frozen=True)
@@ -118,23 +116,3 @@ def apply_floorplan(path, part: str, devices: int) -> dict[int, int]:
     tmp.write_text(json.dumps(netlist))
     os.replace(tmp, path)
     return locked
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gen.floorplan", description=__doc__.split("\n\n")[0])
-    p.add_argument("netlist", help="Yosys JSON netlist (rewritten in place)")
-    p.add_argument("--part", required=True)
-    p.add_argument("--devices", type=int, required=True)
-    args = p.parse_args(argv)
-    try:
-        locked = apply_floorplan(args.netlist, args.part, args.devices)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print("floorplan: " + (", ".join(f"device {d}: {n} block RAMs locked" for d, n in sorted(locked.items()))
-                           or f"no site table for {args.part}: placed freely"))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

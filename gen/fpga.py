@@ -677,7 +677,7 @@ def _add_floorplan(plan, name: str, part: Part, devices: int) -> str | None:
     script = f"{plan.script}.sh"
     lines = plan.files[script].splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if line.startswith('"$YOSYS"')) + 1
-    lines.insert(at, f'"{sys.executable}" -m gen.floorplan {name}.json '
+    lines.insert(at, f'"{sys.executable}" -m gen.floorplan_worker {name}.json '
                      f'--part {part.name} --devices {devices}\n')
     plan.files[script] = "".join(lines)
     return f"each device's block RAMs locked to its 1/{devices} of the die (gen.floorplan)"

@@ -256,7 +256,8 @@ def test_single_device_compile_without_images(tmp_path):
 
 def test_library_imports_no_command_line_and_no_tests():
     """gen's library modules never import argparse, a cmd_* module or tests (process entry
-    points, ``cmd_*``, ``cli``, ``__main__`` and the ``*_worker`` rank processes, parse argv)."""
+    points, ``cmd_*``, ``cli``, ``__main__`` and the ``*_worker`` processes (rank workers, the
+    FPGA build script's floorplan step), parse argv)."""
     import ast
     root = Path(__file__).resolve().parent.parent / "gen"
     for f in sorted(root.glob("*.py")):

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from gen.cli import main as gen_main
-from gen.floorplan import EBR_SITES, apply_floorplan, main, plan_bram_sites
+from gen.floorplan import EBR_SITES, apply_floorplan, plan_bram_sites
+from gen.floorplan_worker import main
 from gen.fpga import PARTS
 from model.errors import InputError
 
@@ -93,7 +94,7 @@ def test_the_board_build_script_runs_it_between_synthesis_and_place_and_route():
     assert "each device's block RAMs locked" in _add_floorplan(plan, "top", PARTS["LFE5U-85F"], 2)
     lines = plan.files["build_top.sh"].splitlines()
     assert lines[1].startswith('"$YOSYS"') and lines[3].startswith('"$NEXTPNR_ECP5"')
-    assert lines[2].endswith("-m gen.floorplan top.json --part LFE5U-85F --devices 2")
+    assert lines[2].endswith("-m gen.floorplan_worker top.json --part LFE5U-85F --devices 2")
 
 
 def test_no_floorplan_reaches_the_board_options(monkeypatch):
@@ -165,7 +166,7 @@ def test_the_2_device_board_build_locks_each_devices_block_rams(monkeypatch, tmp
     monkeypatch.setattr(fpga, "tool_versions", lambda env, family: {})
     rep = fpga.build_board(fpga.BoardOptions(board="ulx3s-85f", out=str(tmp_path)))
     script, pythonpath = scripts.pop()
-    assert "-m gen.floorplan top.json --part LFE5U-85F --devices 2\n" in script
-    assert script.index("gen.floorplan") < script.index('"$NEXTPNR_ECP5"')
+    assert "-m gen.floorplan_worker top.json --part LFE5U-85F --devices 2\n" in script
+    assert script.index("gen.floorplan_worker") < script.index('"$NEXTPNR_ECP5"')
     assert "each device's block RAMs locked" in rep["floorplan"]
     assert pythonpath                              # the build directory can import gen
