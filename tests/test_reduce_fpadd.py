@@ -20,7 +20,7 @@ from hw.reduce.addsub import AddSub
 from hw.reduce.count import Count
 from hw.reduce.align import Align
 from hw.reduce.normalize import Normalize, leading_zeros
-from hw.reduce.order import Order
+from hw.reduce.order import Order, _above
 from hw.reduce.roundpack import RoundPack
 
 FMTS = ("f32", "bf16")
@@ -288,6 +288,24 @@ def test_leading_zeros_counts_against_bit_length(n):
         for v in values:
             ctx.set(value, v)
             assert ctx.get(lz) == n - v.bit_length(), (n, v)
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize("limit", [0, 1, 11, 16, 27, 254, 255])
+def test_order_cap_compare_matches_greater_than(limit):
+    """Order's constant compare (written as LUT logic, no carry chain):
+    ``x > limit`` for every 8-bit ``x``."""
+    m = Module()
+    x, above = Signal(8), Signal()
+    m.d.comb += above.eq(_above(x, limit))
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for v in range(256):
+            ctx.set(x, v)
+            assert ctx.get(above) == (v > limit), (limit, v)
 
     sim.add_testbench(bench)
     sim.run()

@@ -9,6 +9,26 @@ from .layouts import AddOperands, Lanes, OrderedLane, ext_bits
 __all__ = ["Order"]
 
 
+def _above(x, limit):
+    """``x > limit`` for a constant ``limit``, as logic on ``x``'s bits: the
+    bits above ``limit``'s width, any set, or the low bits' compare written
+    out bit by bit. (Synthesis maps ``x > limit`` to a carry chain, and after
+    the exponent subtraction's chain a second one was the board's critical
+    path: a few LUT inputs decide it.)"""
+    k = limit.bit_length()
+    low, over = x[:k], x[k:].any() if len(x) > k else 0
+    # low > limit: at the highest bit where they differ, low has a one
+    above = 0
+    equal_above = 1
+    for i in reversed(range(k)):
+        if not (limit >> i) & 1:
+            above = above | (equal_above & low[i])
+            equal_above = equal_above & ~low[i]
+        else:
+            equal_above = equal_above & low[i]
+    return over | above
+
+
 class Order(LaneStage):
     """Per lane: classify both operands (NaN, infinity), put the one of
     larger magnitude in ``big`` and the other in ``small``, and work out how
@@ -58,7 +78,7 @@ class Order(LaneStage):
         def capped(d, tag):
             diff = Signal(E, name=f"diff{k}_{tag}")
             m.d.comb += diff.eq(d)
-            return Mux(diff > W, W, diff)
+            return Mux(_above(diff, W), W, diff)
 
         # a >= b: eb <= ea, so only b can be subnormal alone (and counts 1)
         shift_ab = Mux(zb & ~za, capped(ea - 1, "a1"), capped(ea - eb, "ab"))
