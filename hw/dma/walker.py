@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib import REGISTER_FILE, register_copies
+from ..lib import register_copies
 from .layouts import Chunk, Event, Grant, GrantOp
 
 __all__ = ["Walker"]
@@ -45,7 +45,7 @@ class Walker(wiring.Component):
     byte enables). Each channel's position (current source and destination,
     bytes left in the row, bytes to the source page end and to the
     destination burst end) and row state (row bases, rows left) live in two
-    small memories (flip-flops), so channels interleave chunk by chunk.
+    LUT RAMs, so channels interleave chunk by chunk.
 
     Three stages, advancing together: the first reads the channel's walk
     state; the second computes the chunk length; the third writes the new
@@ -129,11 +129,8 @@ class Walker(wiring.Component):
         m = Module()
         g = self._g
         pos_layout, row_layout, held_layout, cut_layout = self._layouts()
-        # in flip-flops, not LUT RAM: FPGA timing (see REGISTER_FILE)
-        m.submodules.pos = pos = Memory(shape=pos_layout, depth=g.channels, init=[],
-                                        attrs=REGISTER_FILE)
-        m.submodules.row = row = Memory(shape=row_layout, depth=g.channels, init=[],
-                                        attrs=REGISTER_FILE)
+        m.submodules.pos = pos = Memory(shape=pos_layout, depth=g.channels, init=[])
+        m.submodules.row = row = Memory(shape=row_layout, depth=g.channels, init=[])
         pos_r, pos_w = pos.read_port(domain="comb"), pos.write_port()
         row_r, row_w = row.read_port(domain="comb"), row.write_port()
         v2, s2 = Signal(), Signal(held_layout)

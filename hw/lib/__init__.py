@@ -9,9 +9,7 @@
   valid, payload and ready (cuts a path in two for timing);
 * :mod:`.pages`: the page-size decoder (a 2-bit size code to bytes or masks);
 * :mod:`.copies`: :func:`register_copies`, copies of a register synthesis
-  keeps apart (one near each group of the logic it feeds);
-* :mod:`.regfile`: :data:`REGISTER_FILE`, the attributes that keep a small
-  memory in flip-flops.
+  keeps apart (one near each group of the logic it feeds).
 """
 from .widths import (BUS_WIDTHS, check_bus_width, resolve_channels, index_bits, chan_bits,
                      ctx_bits, dev_bits, sem_bits, counter_shape)
@@ -20,10 +18,9 @@ from .queue import Queue
 from .slice import RegisterSlice
 from .pages import page_select, page_bytes, page_offset_mask, PageSizeDecoder
 from .copies import MAX_EXTRA_COPIES, register_copies
-from .regfile import REGISTER_FILE
 
 __all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
            "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "ParkedRoundRobin",
            "Queue", "RegisterSlice",
            "page_select", "page_bytes", "page_offset_mask", "PageSizeDecoder",
-           "MAX_EXTRA_COPIES", "register_copies", "REGISTER_FILE"]
+           "MAX_EXTRA_COPIES", "register_copies"]
