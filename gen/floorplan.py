@@ -1,6 +1,5 @@
-"""Floorplans for multi-device board tops: each device's block RAMs locked
-to a compact block in its own vertical stripe of the die, and a few LUTs of
-each device's MMU (which has no block RAM) locked near the stripe's middle.
+"""Block RAM floorplans for multi-device board tops: each device's block
+RAMs locked to a compact block in its own vertical stripe of the die.
 
 nextpnr places a cell where its ``BEL`` attribute says (the YoWASP builds
 have no Python for region constraints, but they honour this attribute). A
@@ -8,10 +7,7 @@ device's block RAMs are what anchor it: left free, the placer puts two
 devices' memories on the same rows across the whole die and stretches each
 device between its memory, its instruction memory and its MMU (see
 docs/fpga-timing.md). Locked per device, they keep each device's logic on
-its own side. The MMU has no block RAM of its own, and the placer left it at
-the die's top edge, its request and entry registers routed 4-6 ns to its
-comparators: a few of its LUTs locked near the middle of its stripe (a
-*logic anchor*) pull it in.
+its own side.
 
 Run between synthesis and place and route on the synthesized netlist::
 
@@ -30,8 +26,7 @@ from pathlib import Path
 
 from model.errors import InputError
 
-__all__ = ["EBR_SITES", "LOGIC_ANCHORS", "Site", "plan_bram_sites", "plan_logic_anchors",
-           "apply_floorplan"]
+__all__ = ["EBR_SITES", "Site", "plan_bram_sites", "apply_floorplan"]
 
 
 @dataclass(frozen=True)
@@ -59,14 +54,6 @@ EBR_SITES = {
 }
 #: nextpnr's tile grid width per part (for the devices' stripes).
 _GRID_WIDTH = {"LFE5U-85F": 127}
-
-#: Blocks anchored by some of their LUTs, per part: ``{block: row}``. Each
-#: device's ``top.system.devN.<block>.`` gets :data:`_ANCHOR_LUTS` of its
-#: LUTs locked to a square of tiles from that row down, at the middle of its
-#: stripe (rows between the block RAM rows: a slice site there is free).
-LOGIC_ANCHORS = {"LFE5U-85F": {"mmu": 38}}
-_ANCHOR_LUTS = 16
-_ANCHOR_SIDE = 4                # tiles a side of the anchor's square
 
 _DEVICE = re.compile(r"^top\.system\.dev(\d+)\.")
 
@@ -107,41 +94,10 @@ def plan_bram_sites(cells: dict, part: str, devices: int) -> dict[str, str]:
     return plan
 
 
-def plan_logic_anchors(cells: dict, part: str, devices: int) -> dict[str, str]:
-    """``{cell name: LUT site}`` for the logic anchors of :data:`LOGIC_ANCHORS`:
-    of each device's block, :data:`_ANCHOR_LUTS` of its ``LUT4`` cells
-    (spread over the block's cells in name order; none that feeds a wide
-    multiplexer), one per tile of a square centred on the device's stripe. A part without anchors gets no plan."""
-    anchors = LOGIC_ANCHORS.get(part)
-    if not anchors or devices < 1:
-        return {}
-    width = _GRID_WIDTH[part]
-    # LUTs that feed a wide multiplexer are placed with it as one cluster
-    # (which decides their slot): those are left free
-    muxed = {bit for c in cells.values() if c.get("type") in ("PFUMX", "L6MUX21")
-             for port in ("ALUT", "BLUT", "D0", "D1") for bit in c.get("connections", {}).get(port, ())}
-    plan = {}
-    for block, row in anchors.items():
-        for dev in range(devices):
-            prefix = f"top.system.dev{dev}.{block}."
-            luts = sorted(n for n, c in cells.items() if c.get("type") == "LUT4"
-                          and n.startswith(prefix) and not _feeds_wide_mux(c, muxed))
-            chosen = luts[::max(1, len(luts) // _ANCHOR_LUTS)][:_ANCHOR_LUTS]
-            x0 = round(width * (dev + 0.5) / devices) - _ANCHOR_SIDE // 2
-            for k, name in enumerate(chosen):
-                plan[name] = (f"X{x0 + k % _ANCHOR_SIDE}/Y{row + k // _ANCHOR_SIDE}/SLICEA.K0")
-    return plan
-
-
-def _feeds_wide_mux(cell: dict, muxed: set) -> bool:
-    return any(bit in muxed for bit in cell.get("connections", {}).get("Z", ()))
-
-
-def apply_floorplan(path, part: str, devices: int) -> dict[int, dict[str, int]]:
-    """Set the ``BEL`` attribute of each device's block RAMs and logic
-    anchors in the Yosys JSON netlist at ``path`` (rewritten in place,
-    atomically). Returns, per device, the cells locked of each kind
-    (``{"block RAMs": n, "anchor LUTs": m}``)."""
+def apply_floorplan(path, part: str, devices: int) -> dict[int, int]:
+    """Set the ``BEL`` attribute of each device's block RAMs in the Yosys
+    JSON netlist at ``path`` (rewritten in place, atomically). Returns the
+    number locked per device."""
     path = Path(path)
     try:
         netlist = json.loads(path.read_text())
@@ -150,13 +106,12 @@ def apply_floorplan(path, part: str, devices: int) -> dict[int, dict[str, int]]:
     top = netlist.get("modules", {}).get("top")
     if top is None:
         raise InputError(f"floorplan: {path} has no module 'top'")
-    locked: dict[int, dict[str, int]] = {}
-    for kind, plan in (("block RAMs", plan_bram_sites(top["cells"], part, devices)),
-                       ("anchor LUTs", plan_logic_anchors(top["cells"], part, devices))):
-        for name, site in plan.items():
-            top["cells"][name].setdefault("attributes", {})["BEL"] = site
-            counts = locked.setdefault(int(_DEVICE.match(name)[1]), {})
-            counts[kind] = counts.get(kind, 0) + 1
+    plan = plan_bram_sites(top["cells"], part, devices)
+    locked: dict[int, int] = {}
+    for name, site in plan.items():
+        top["cells"][name].setdefault("attributes", {})["BEL"] = site
+        dev = int(_DEVICE.match(name)[1])
+        locked[dev] = locked.get(dev, 0) + 1
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(netlist))
     os.replace(tmp, path)

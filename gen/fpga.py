@@ -671,7 +671,7 @@ def _add_floorplan(plan, name: str, part: Part, devices: int) -> str | None:
     """Insert :mod:`gen.floorplan` between synthesis and place and route in
     ``plan``'s build script when ``part`` has a block RAM site table and the
     top has two devices or more; returns what the report says of it."""
-    from gen.floorplan import EBR_SITES, LOGIC_ANCHORS
+    from gen.floorplan import EBR_SITES
     if part.name not in EBR_SITES or devices < 2:
         return None
     script = f"{plan.script}.sh"
@@ -680,10 +680,7 @@ def _add_floorplan(plan, name: str, part: Part, devices: int) -> str | None:
     lines.insert(at, f'"{sys.executable}" -m gen.floorplan_worker {name}.json '
                      f'--part {part.name} --devices {devices}\n')
     plan.files[script] = "".join(lines)
-    anchored = " and ".join(sorted(LOGIC_ANCHORS.get(part.name, {})))
-    return (f"each device's block RAMs locked to its 1/{devices} of the die"
-            + (f", its {anchored} anchored there by some of its LUTs" if anchored else "")
-            + " (gen.floorplan)")
+    return f"each device's block RAMs locked to its 1/{devices} of the die (gen.floorplan)"
 
 
 def _run_build_script(plan, out: Path, env: dict, time_limit_s, progress):

