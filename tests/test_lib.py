@@ -405,4 +405,3 @@ def test_register_copies_reject_too_many():
     from amaranth.hdl import Module
     with pytest.raises(ValueError, match=r"Copies must be an integer in 0\.\.3, not 4"):
         register_copies(Module(), 0, 1, MAX_EXTRA_COPIES + 1, name="x")
-
