@@ -2,37 +2,14 @@
 burst edges."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib import register_copies
 from .layouts import Chunk, Event, Grant, GrantOp
 
 __all__ = ["Walker"]
-
-#: Groups of a stage register's payload bits with enables of their own.
-_GROUPS = 4
-
-
-def _bit_groups(count, width, skip=frozenset()):
-    """``count`` lists of contiguous ``(lo, hi)`` bit ranges splitting
-    ``width`` bits evenly, leaving out the bits in ``skip``."""
-    groups = []
-    for g in range(count):
-        ranges, lo = [], None
-        for bit in range(width * g // count, width * (g + 1) // count):
-            if bit in skip:
-                if lo is not None:
-                    ranges.append((lo, bit))
-                lo = None
-            elif lo is None:
-                lo = bit
-        if lo is not None:
-            ranges.append((lo, width * (g + 1) // count))
-        groups.append(ranges)
-    return groups
 
 
 class Walker(wiring.Component):
@@ -136,22 +113,16 @@ class Walker(wiring.Component):
         v2, s2 = Signal(), Signal(held_layout)
         v3, s3 = Signal(), Signal(cut_layout)
         adv = Signal()              # every stage moves on (the chunk is not held back)
-        # the stage registers' payload loads in groups of bits, each group's
-        # enable from copies of ``adv``'s and ``v2``'s flip-flops of its own: one
-        # enable net over the ~400 bits of a stage routed slowly across a device
-        advs = [adv] + [Signal(name=f"adv_copy{k}") for k in range(_GROUPS - 1)]
-        v2s = self._read(m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, advs)
-        self._cut(m, v2s, s2, v3, s3, advs)
+        self._read(m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, adv)
+        self._cut(m, v2, s2, v3, s3, adv)
         self._write_back(m, pos_w, row_w, v3, s3, adv)
         for c in range(g.channels):
             m.d.comb += self.busy[c].eq((v2 & (s2.chan == c)) | (v3 & (s3.chan == c)))
         return m
 
-    def _read(self, m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, advs):
+    def _read(self, m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, adv):
         """Stage 1: read the granted channel's walk state, or take the one being
-        written back for it in this cycle. Returns ``v2`` and its copies, one
-        per payload group."""
-        adv = advs[0]
+        written back for it in this cycle."""
         gr = self.grant.p
         # a stale grant of a channel whose descriptor ends now waits a cycle
         stale = Signal()
@@ -163,22 +134,22 @@ class Walker(wiring.Component):
             fwd.eq(s3.writes & (s3.chan == gr.chan)),
             self.grant.ready.eq(adv & ~stale),
         ]
-        v2_next = self.grant.valid & ~stale
         with m.If(adv):
-            m.d.sync += v2.eq(v2_next)
-        v2s = [v2] + register_copies(m, v2_next, adv, len(advs) - 1, name="v2_copy")
+            m.d.sync += v2.eq(self.grant.valid & ~stale)
         # an empty stage's payload is don't-care: loading it only with a grant lets
         # Verilator skip this stage's logic on idle cycles
-        s2_next = Signal.like(s2)
-        m.d.comb += [s2_next.chan.eq(gr.chan), s2_next.op.eq(gr.op), s2_next.desc.eq(gr.desc),
-                     s2_next.pos.eq(Mux(fwd, pos_w.data, pos_r.data)),
-                     s2_next.row.eq(Mux(fwd & s3.row_end, row_w.data, row_r.data))]
-        for adv_g, bits in zip(advs, _bit_groups(len(advs), Value.cast(s2).shape().width)):
-            with m.If(adv_g & self.grant.valid):
-                m.d.sync += [Value.cast(s2)[lo:hi].eq(Value.cast(s2_next)[lo:hi]) for lo, hi in bits]
-        return v2s
+        with m.If(adv & self.grant.valid):
+            m.d.sync += [s2.chan.eq(gr.chan), s2.op.eq(gr.op), s2.desc.eq(gr.desc)]
+            with m.If(fwd):
+                m.d.sync += s2.pos.eq(pos_w.data)
+            with m.Else():
+                m.d.sync += s2.pos.eq(pos_r.data)
+            with m.If(fwd & s3.row_end):
+                m.d.sync += s2.row.eq(row_w.data)
+            with m.Else():
+                m.d.sync += s2.row.eq(row_r.data)
 
-    def _cut(self, m, v2s, s2, v3, s3, advs):
+    def _cut(self, m, v2, s2, v3, s3, adv):
         """Stage 2: the chunk length, and whether it ends the row and the
         descriptor; beside it, the next row's start (used if the row ends). A
         ``START`` takes its row state (row -1) from the descriptor here, off the
@@ -203,50 +174,37 @@ class Walker(wiring.Component):
             m.d.comb += [row.row_s.eq(s2.desc.src0), row.row_d.eq(s2.desc.dst0),
                          row.rows_left.eq(s2.desc.rows)]
         win_index = p.cur_s[bb:pb] if pb > bb else Const(0, 1)
-        adv, v2 = advs[0], v2s[0]
-        emits_next = Signal()
-        m.d.comb += emits_next.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty)))
         with m.If(adv):
             m.d.sync += [
                 v3.eq(v2),
                 # (these four with the stage's valid folded in, one input less where used)
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
                 s3.ends.eq(v2 & Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
-                s3.emits.eq(emits_next),
+                s3.emits.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty))),
                 s3.writes.eq(v2 & (s2.op != GrantOp.NONE)),
                 s3.row_writes.eq(v2 & (s2.op != GrantOp.NONE) & (starting | row_end)),
             ]
-        # each group's advance: ``adv`` from a copy of ``emits`` of its own
-        for adv_g, emits_g in zip(advs[1:], register_copies(m, emits_next, adv, len(advs) - 1,
-                                                            name="emits_copy")):
-            m.d.comb += adv_g.eq(~emits_g | self.chunk.ready)
         # the rest only with a grant (don't-care otherwise: every use of it is gated by
         # the four above or by ``v3``), so Verilator skips it on idle cycles
-        s3_next = Signal.like(s3)
-        m.d.comb += [
-            s3_next.chan.eq(s2.chan), s3_next.op.eq(s2.op), s3_next.desc.eq(s2.desc),
-            s3_next.pos.eq(p), s3_next.row.eq(row),
-            s3_next.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
-            s3_next.row_end.eq(starting | row_end),
-            s3_next.desc_end.eq(desc_end),
-            s3_next.near.eq(p.row_left[LW:] == 1),
-            s3_next.in_last.eq(win_index == (1 << (pb - bb)) - 1),
-            s3_next.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
-            s3_next.up_s.eq(p.cur_s[bb:] + 1), s3_next.up_d.eq(p.cur_d[bb:] + 1),
-            # (its length is the smaller room: it reaches the other window's end
-            # too when that is no farther)
-            s3_next.cross_s.eq(p.room_d >= p.win_s), s3_next.cross_d.eq(p.room_s >= p.room_d),
-            s3_next.nxt.s.eq(nxt_s), s3_next.nxt.d.eq(nxt_d),
-            s3_next.nxt.short.eq(s2.desc.row_bytes[LW:] == 0),
-            # (both compares beside the ``START`` select, not after it)
-            s3_next.nxt.last_row.eq(Mux(starting, s2.desc.rows == 1, s2.row.rows_left == 1)),
-        ]
-        # the stage's payload in groups (the four flags above load with ``adv``)
-        layout = s3.shape()
-        flag_bits = {layout[f].offset for f in ("ends", "emits", "writes", "row_writes")}
-        for adv_g, v2_g, bits in zip(advs, v2s, _bit_groups(len(advs), layout.size, skip=flag_bits)):
-            with m.If(adv_g & v2_g):
-                m.d.sync += [Value.cast(s3)[lo:hi].eq(Value.cast(s3_next)[lo:hi]) for lo, hi in bits]
+        with m.If(adv & v2):
+            m.d.sync += [
+                s3.chan.eq(s2.chan), s3.op.eq(s2.op), s3.desc.eq(s2.desc),
+                s3.pos.eq(p), s3.row.eq(row),
+                s3.len.eq(Mux(row_end, p.row_left, Mux(p.room_s < p.room_d, p.room_s, p.room_d))),
+                s3.row_end.eq(starting | row_end),
+                s3.desc_end.eq(desc_end),
+                s3.near.eq(p.row_left[LW:] == 1),
+                s3.in_last.eq(win_index == (1 << (pb - bb)) - 1),
+                s3.in_2nd_last.eq(win_index == (1 << (pb - bb)) - 2),
+                s3.up_s.eq(p.cur_s[bb:] + 1), s3.up_d.eq(p.cur_d[bb:] + 1),
+                # (its length is the smaller room: it reaches the other window's end
+                # too when that is no farther)
+                s3.cross_s.eq(p.room_d >= p.win_s), s3.cross_d.eq(p.room_s >= p.room_d),
+                s3.nxt.s.eq(nxt_s), s3.nxt.d.eq(nxt_d),
+                s3.nxt.short.eq(s2.desc.row_bytes[LW:] == 0),
+                # (both compares beside the ``START`` select, not after it)
+                s3.nxt.last_row.eq(Mux(starting, s2.desc.rows == 1, s2.row.rows_left == 1)),
+            ]
 
     def _write_back(self, m, pos_w, row_w, v3, s3, adv):
         """Stage 3: write the walk state back and emit the chunk. Every new value
