@@ -60,7 +60,11 @@ class Fetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._imem_words
-        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program)
+        # (written only while stopped, read only while running, so a read never
+        # meets a write: ``no_rw_check`` spares synthesis emulating the old
+        # data of a collision with a word of flip-flops on each side)
+        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program,
+                                          attrs={"no_rw_check": 1})
         rp = imem.read_port(transparent_for=())
         fetch_pc = Signal(range(n + 2))          # the next word to read
         read_valid = Signal()                    # rp.data holds the word at read_pc

@@ -82,8 +82,12 @@ class QueueBank(wiring.Component):
         m = Module()
         n, depth = self._count, self._depth
         region = index_bits(depth)
+        # (a queue is read only after its head was written, so a read never
+        # meets a write to its address: ``no_rw_check`` spares synthesis
+        # emulating the old data of such a collision with an entry's width of
+        # flip-flops on each side)
         m.submodules.mem = mem = Memory(shape=self._shape, depth=n << region, init=[],
-                                        attrs={"ram_style": "block"})
+                                        attrs={"ram_style": "block", "no_rw_check": 1})
         wr, rd = mem.write_port(), mem.read_port()
         rptr = Array(Signal(region, name=f"rptr{q}") for q in range(n))
         wptr = Array(Signal(region, name=f"wptr{q}") for q in range(n))
