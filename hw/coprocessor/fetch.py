@@ -61,13 +61,16 @@ class Fetch(wiring.Component):
         m = Module()
         n = self._imem_words
         # (written only while stopped, read only while running, so a read never
-        # meets a write: ``no_rw_check`` spares synthesis emulating the old
-        # data of a collision with a word of flip-flops on each side)
+        # meets a write. Synthesis spares the flip-flops that emulate the old
+        # data of such a collision, a word's width on each side, only for a
+        # memory marked ``no_rw_check`` whose read register it merges itself:
+        # hence a combinational read port and ``read_word``)
         m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program,
                                           attrs={"no_rw_check": 1})
-        rp = imem.read_port(transparent_for=())
+        rp = imem.read_port(domain="comb")
+        read_word = Signal(WORD_BITS)
         fetch_pc = Signal(range(n + 2))          # the next word to read
-        read_valid = Signal()                    # rp.data holds the word at read_pc
+        read_valid = Signal()                    # read_word holds the word at read_pc
         read_pc = Signal(range(n + 1))
         out = self.insn
         out_free = Signal()
@@ -77,10 +80,12 @@ class Fetch(wiring.Component):
             out_free.eq(~out.valid | out.ready),
             read_free.eq(~read_valid | out_free),
             issue.eq(read_free & self.run & (fetch_pc <= n)),
-            rp.addr.eq(fetch_pc), rp.en.eq(issue),   # en low holds a word not yet moved on
+            rp.addr.eq(fetch_pc),
         ]
+        with m.If(issue):                        # else it holds a word not yet moved on
+            m.d.sync += read_word.eq(rp.data)
         with m.If(out_free):
-            m.d.sync += [out.valid.eq(read_valid), out.p.pc.eq(read_pc), out.p.word.eq(rp.data)]
+            m.d.sync += [out.valid.eq(read_valid), out.p.pc.eq(read_pc), out.p.word.eq(read_word)]
         with m.If(read_free):
             m.d.sync += [read_valid.eq(issue), read_pc.eq(fetch_pc)]
         with m.If(issue):

@@ -83,12 +83,13 @@ class QueueBank(wiring.Component):
         n, depth = self._count, self._depth
         region = index_bits(depth)
         # (a queue is read only after its head was written, so a read never
-        # meets a write to its address: ``no_rw_check`` spares synthesis
-        # emulating the old data of such a collision with an entry's width of
-        # flip-flops on each side)
+        # meets a write to its address. Synthesis spares the flip-flops that
+        # emulate the old data of such a collision, an entry's width on each
+        # side, only for a memory marked ``no_rw_check`` whose read register
+        # it merges itself: hence a combinational read port and a register)
         m.submodules.mem = mem = Memory(shape=self._shape, depth=n << region, init=[],
                                         attrs={"ram_style": "block", "no_rw_check": 1})
-        wr, rd = mem.write_port(), mem.read_port()
+        wr, rd = mem.write_port(), mem.read_port(domain="comb")
         rptr = Array(Signal(region, name=f"rptr{q}") for q in range(n))
         wptr = Array(Signal(region, name=f"wptr{q}") for q in range(n))
         full = Array(self.level[q] == depth for q in range(n))
@@ -101,8 +102,8 @@ class QueueBank(wiring.Component):
             wr.data.eq(self.w.payload),
             wr.en.eq(written),
             rd.addr.eq(Cat(rptr[r_queue], r_queue)),
-            self.r_data.eq(rd.data),
         ]
+        m.d.sync += self.r_data.eq(rd.data)
         for q in range(n):
             push = Signal(name=f"push{q}")
             drop = Signal(name=f"drop{q}")
