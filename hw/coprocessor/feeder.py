@@ -1,7 +1,7 @@
 """Descriptor feeder: per-channel descriptor queues, arbitrated into the DMA."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,10 +22,12 @@ class DescriptorFeeder(wiring.Component):
 
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
-    others). The queues share one memory (:class:`hw.lib.QueueBank`, block
-    RAM: a descriptor is a few hundred bits, and a queue each in LUT RAM gave
-    every queue a write enable fanning out to a cell per four bits), read
-    through its registered port; a pop moves only a read pointer. A channel
+    others). The queues are block RAM (:class:`hw.lib.QueueBank`: a
+    descriptor is a few hundred bits, and a queue each in LUT RAM gave every
+    queue a write enable fanning out to a cell per four bits), each read
+    ahead so its head is a register's output; a pop moves only a read
+    pointer. (A head shows from the second cycle after it was written, and
+    a channel's head leaves at the earliest in that cycle.) A channel
     *qualifies* when its queue is not empty, the DMA has a free slot for its
     next descriptor or it has faulted (the DMA takes, and drops, anything
     then), and it is not the registered pick. The free slots are counted
@@ -34,9 +36,7 @@ class DescriptorFeeder(wiring.Component):
     then, both before that cycle's take. The qualifying channels share
     ``desc`` round-robin (:class:`hw.lib.RoundRobin`), and the pick is
     registered: in the next cycle its queue's head moves into the offer (so
-    a channel is picked at most every second cycle). The memory reads the
-    head of the channel being picked, or of the pick while it waits, so the
-    head is in the read port's register when the pick moves. The offer is
+    a channel is picked at most every second cycle). The offer is
     one register (its output straight from flip-flops: the DMA's slot
     choice starts from them), loaded only while it is empty, so the DMA's
     ``ready`` reaches its valid bit and the take counts, never a payload
@@ -127,9 +127,6 @@ class DescriptorFeeder(wiring.Component):
         m.d.comb += [
             queues.w.valid.eq(w.valid), queues.w.payload.eq(w.payload),
             queues.w_queue.eq(w.p.chan), w.ready.eq(queues.w.ready),
-            # the head of the channel being picked, else of the pick (read a
-            # cycle ahead of its move into the offer)
-            queues.r_queue.eq(Mux(~picked | push, arb.grant, pick)),
         ]
         for c in range(C):
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
@@ -169,7 +166,7 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        self._load_offer(m, (offer_valid, offer_p), queues.r_data, push, taken)
+        self._load_offer(m, (offer_valid, offer_p), Array(queues.head)[pick], push, taken)
         m.d.comb += [
             arb.advance.eq(~picked | push),
             self.drained.eq(empty.all() & ~held.any() & ~in_slice.any()
