@@ -128,14 +128,22 @@ def _board(args) -> int:
     return 0 if board_passed(rep, allow_timing_fail=args.allow_timing_fail) else 1
 
 
-def _print_critical_path(rep) -> None:
-    """The worst path of each clock, on standard error (what to pipeline next)."""
+def _print_critical_path(rep, signals: int = 8) -> None:
+    """The worst path of each clock, and the signals with endpoints that miss
+    the clock (the worst ``signals`` of them), on standard error (what to
+    pipeline next)."""
     for cp in rep.get("critical_paths", []):
         if "<async>" in (cp["from"], cp["to"]):     # pin to flip-flop: not the design's clock
             continue
         print(f"fpga: critical path {cp['delay_ns']} ns ({cp['logic_cells']} logic cells, "
               f"{cp['routing_ns']} ns routing): {' -> '.join(cp['cells'])}",
               file=sys.stderr, flush=True)
+    fe = rep.get("failing_endpoints") or {}
+    if fe.get("endpoints"):
+        print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz, in "
+              f"{fe['signals']} signals; the worst (endpoints, ns, signal):", file=sys.stderr)
+        for g in fe["worst_signals"][:signals]:
+            print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f}  {g['signal']}", file=sys.stderr)
 
 
 def board_passed(rep, *, allow_timing_fail=False) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model.errors import InputError
+from .sdf_timing import endpoints_report
 
 __all__ = ["Part", "Board", "BOARDS", "PARTS", "board", "part", "toolchain_env", "ToolchainError",
            "tool_versions", "Implementation", "read_nextpnr_report", "implement_ooc",
@@ -227,6 +228,7 @@ class Implementation:
     ff: int = 0
     critical_paths: list = field(default_factory=list)   # see critical_path_summary
     harness: dict | None = None       # iCE40: the OocHarness's own cells, counted in the totals
+    failing_endpoints: dict | None = None  # every endpoint over the constraint: gen.sdf_timing
 
     placed: bool = True               # False: nextpnr stopped (the design does not fit)
     unplaced_reason: str | None = None  # why, when no resource count is over its capacity
@@ -399,7 +401,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
         lut, ff = _yosys_cells(stat, "SB_LUT4"), _yosys_cells(stat, r"SB_DFF\w*")
         args = [env["NEXTPNR_ICE40"], "--pcf-allow-unconstrained"]
     args += [p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
-             "--freq", str(freq_mhz), "--report", f"{name}_report.json",
+             "--freq", str(freq_mhz), "--report", f"{name}_report.json", "--sdf", f"{name}.sdf",
              "--seed", "1", "--timing-allow-fail"] + (["--placer", placer] if placer else [])
     r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=left())
     if r.returncode:
@@ -408,6 +410,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
             raise RuntimeError(f"nextpnr failed for {name}:\n{r.stderr[-3000:]}")
     else:
         impl = read_nextpnr_report(workdir / f"{name}_report.json", part_name, lut4=lut, ff=ff)
+        impl.failing_endpoints = endpoints_report(workdir / f"{name}.sdf", freq_mhz, impl.min_fmax_mhz)
     if harness is not None:
         impl.harness = {"in_bits": harness.in_bits, "out_bits": harness.out_bits, **harness.cost}
     return impl
@@ -751,6 +754,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     platform = b.platform()
     plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
                           do_build=False, nextpnr_opts=["--report", "top_report.json",
+                                                        "--sdf", "top.sdf",
                                                         "--timing-allow-fail", "--seed", "1"]
                           + (["--router", router] if router else [])
                           + (["--placer", placer] if placer else []))
@@ -761,13 +765,16 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     if floorplan:                             # gen.floorplan importable from the build directory
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt"):
+    for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt", "top.sdf"):
         (out / stale).unlink(missing_ok=True)
     t_build = time.perf_counter()
     products, status = _run_build_script(plan, out, env, opts.time_limit_s, progress)
     build_seconds = round(time.perf_counter() - t_build, 1)
     impl = (read_nextpnr_report(out / "top_report.json", p.name)
             if (out / "top_report.json").exists() else None)
+    if impl is not None and status == "built":
+        progress("finding every endpoint that misses the clock (top.sdf) ...")
+        impl.failing_endpoints = endpoints_report(out / "top.sdf", freq, impl.min_fmax_mhz)
     if impl is None:                          # nextpnr stopped: what its log says it needed
         tim = out / "top.tim"
         impl = ((tim.exists() and _unplaced(tim.read_text(), p.name))

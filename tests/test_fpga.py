@@ -103,7 +103,10 @@ def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
     1): the 32-bit, 4-channel DMA on an LFE5U-25F fits and meets its 100 MHz
     constraint (it reaches about 130 MHz since its stages were registered, so
     placement noise of a few per cent does not decide this), and the report
-    names the critical path."""
+    names the critical path; the endpoints read from its SDF agree with
+    nextpnr's Fmax, none misses the constraint, and at 1.2 times its Fmax
+    some do."""
+    from gen.sdf_timing import summarize
     rep = build_ooc(OocOptions(block="dma", part="LFE5U-25F", out=str(tmp_path)))
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["lut4"] == rep["lut4"] > 0
@@ -115,6 +118,11 @@ def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
     path = rep["critical_paths"][0]
     assert abs(path["delay_ns"] - path["logic_ns"] - path["routing_ns"]) < 0.02
     assert 0 < path["delay_ns"] <= 1000 / 100 and path["cells"]
+    fe = rep["failing_endpoints"]
+    assert fe["agrees_with_nextpnr"] and fe["endpoints"] == 0 and fe["constraint_mhz"] == 100
+    tight = summarize((tmp_path / "dma.sdf").read_text(), 1.2 * rep["fmax_mhz"]["clk"])
+    assert tight["endpoints"] > 0 and tight["fmax_mhz"] == fe["fmax_mhz"]
+    assert tight["worst_signals"][0]["worst_ns"] == tight["worst_ns"]
 
 
 def test_critical_path_summary_names_each_cell_once():

@@ -1,0 +1,98 @@
+"""gen.sdf_timing: every failing endpoint from an SDF, on small hand-made ones."""
+import pytest
+
+from gen.sdf_timing import endpoints_report, failing_endpoints, parse_sdf, signal_of, summarize
+
+
+def _ff(name, clk_q=500, setup=100):
+    return f"""
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE {name})
+    (DELAY (ABSOLUTE (IOPATH CLK Q (400:450:{clk_q}) (400:450:{clk_q}))))
+    (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (0:0:{setup}) (0:0:0))))"""
+
+
+def _lut(name, delay=240, inputs="ABCD"):
+    arcs = " ".join(f"(IOPATH {i} F (0:0:{delay}) (0:0:{delay}))" for i in inputs)
+    return f"""
+  (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE {name}) (DELAY (ABSOLUTE {arcs})))"""
+
+
+def _net(a, b, delay):
+    return f"(INTERCONNECT {a} {b} (0:0:{delay}) (0:0:{delay}))"
+
+
+def _sdf(cells, nets):
+    return f"""(DELAYFILE (SDFVERSION "3.0") (DESIGN "top") (TIMESCALE 1ps)
+  (CELL (CELLTYPE "top") (INSTANCE ) (DELAY (ABSOLUTE {' '.join(nets)})))
+  {''.join(cells)})"""
+
+
+# a.q --(1000)--> l1.A --> l1.F --(2000)--> l2.B --> l2.F --(3000)--> b.DI : 0.5+1+0.24+2+0.24+3+0.1 = 7.08 ns
+# a.q --(100)--> c.DI                                                       : 0.5+0.1+0.1 = 0.7 ns
+# a.q --(9000)--> top.x.ring.0.3$DPRAM_COMB3.WRE (setup 200)                : 0.5+9+0.2 = 9.7 ns
+SDF = _sdf(
+    [_ff("top.x.a_TRELLIS_FF_Q"), _ff("top.x.b_TRELLIS_FF_Q_2"), _ff("top.y.c_TRELLIS_FF_Q"),
+     _lut(r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z"), _lut(r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z"),
+     """
+  (CELL (CELLTYPE "TRELLIS_RAMW") (INSTANCE top.x.ring.0.3\\$DPRAM_COMB3)
+    (TIMINGCHECK (SETUPHOLD (posedge WRE) (posedge WCK) (0:0:200) (0:0:0))))"""],
+    [_net("top.x.a_TRELLIS_FF_Q/Q", r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z/A", 1000),
+     _net(r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z/F", r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z/B", 2000),
+     _net(r"top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z/F", "top.x.b_TRELLIS_FF_Q_2/DI", 3000),
+     _net("top.x.a_TRELLIS_FF_Q/Q", "top.y.c_TRELLIS_FF_Q/DI", 100),
+     _net("top.x.a_TRELLIS_FF_Q/Q", r"top.x.ring.0.3\$DPRAM_COMB3/WRE", 9000)])
+
+
+def test_arrival_plus_setup_by_hand():
+    worst, failing = failing_endpoints(parse_sdf(SDF), 7.0)
+    assert worst == pytest.approx(9.7)
+    assert [(e.pin, round(e.required_ns, 2)) for e in failing] == [
+        (("top.x.ring.0.3$DPRAM_COMB3", "WRE"), 9.7), (("top.x.b_TRELLIS_FF_Q_2", "DI"), 7.08)]
+    path = failing[1].path
+    assert [p for p, _ in path] == [
+        ("top.x.a_TRELLIS_FF_Q", "Q"), ("top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z", "A"),
+        ("top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z", "F"), ("top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z", "B"),
+        ("top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z", "F"), ("top.x.b_TRELLIS_FF_Q_2", "DI")]
+    assert sum(d for _, d in path) == pytest.approx(7.08 - 0.1)   # (the setup is not an arc)
+    assert failing_endpoints(parse_sdf(SDF), 9.7)[1] == []
+
+
+def test_summary_groups_by_signal_worst_first():
+    s = summarize(SDF, 1000 / 7.0)
+    assert (s["worst_ns"], s["fmax_mhz"], s["endpoints"], s["signals"]) == (9.7, 103.09, 2, 2)
+    assert [(g["signal"], g["endpoints"], g["worst_ns"]) for g in s["worst_signals"]] == [
+        ("top.x.ring", 1, 9.7), ("top.x.b", 1, 7.08)]
+    assert s["worst_signals"][1]["worst_path"] == [
+        "top.x.a_TRELLIS_FF_Q", "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z",
+        "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z", "top.x.b_TRELLIS_FF_Q_2"]
+    assert summarize(SDF, 100)["endpoints"] == 0
+
+
+def test_a_combinational_loop_is_left_out_not_looped_on():
+    sdf = _sdf([_ff("a_TRELLIS_FF_Q"), _lut("l1"), _lut("l2"), _ff("b_TRELLIS_FF_Q")],
+               [_net("a_TRELLIS_FF_Q/Q", "b_TRELLIS_FF_Q/DI", 1000),
+                _net("l1/F", "l2/A", 100), _net("l2/F", "l1/A", 100), _net("l2/F", "b_TRELLIS_FF_Q/DI", 100)])
+    worst, failing = failing_endpoints(parse_sdf(sdf), 1.0)
+    assert worst == pytest.approx(1.6) and len(failing) == 1
+
+
+def test_signal_names_lose_the_tools_suffixes():
+    assert signal_of("top.s.dma.chunks.fifo.inner_level_TRELLIS_FF_Q_CE_LUT4_Z") == "top.s.dma.chunks.fifo.inner_level"
+    assert signal_of("top.s.front.ring.0.32$DPRAM_COMB3") == "top.s.front.ring"
+    assert signal_of("top.s.fetch.imem.0.1_DIA15_LUT4_Z") == "top.s.fetch.imem"
+    assert signal_of("top.s.sync.semaphores__0_TRELLIS_FF_Q_3") == "top.s.sync.semaphores__0"
+
+
+def test_bad_sdf_is_an_error_and_the_report_says_unavailable(tmp_path):
+    with pytest.raises(ValueError, match="unbalanced"):
+        parse_sdf("(DELAYFILE (CELL")
+    with pytest.raises(ValueError, match="no DELAYFILE"):
+        parse_sdf("(CELL)")
+    (tmp_path / "bad.sdf").write_text("(DELAYFILE (CELL")
+    assert endpoints_report(tmp_path / "bad.sdf", 100, 90.0) == {
+        "unavailable": f"{tmp_path / 'bad.sdf'}: SDF: unbalanced '(' or empty file"}
+    assert "unavailable" in endpoints_report(tmp_path / "missing.sdf", 100, 90.0)
+    (tmp_path / "ok.sdf").write_text(SDF)
+    rep = endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 103.09)
+    assert rep["agrees_with_nextpnr"] and rep["endpoints"] == 2
+    assert not endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 90.0)["agrees_with_nextpnr"]
