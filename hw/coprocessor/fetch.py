@@ -38,7 +38,8 @@ class Fetch(wiring.Component):
     Interface attributes
     --------------------
     imem_w : ``In(stream.Signature(ImemWrite(imem_words)))``
-        Host writes; ready while neither ``rewind`` nor ``run``.
+        Host writes; ready while neither ``rewind`` nor ``run``; each is done a
+        cycle after it is taken (no word is fetched in that cycle).
     rewind : ``In(1)``
         Drop the words read ahead and fetch again from word 0.
     run : ``In(1)``
@@ -76,10 +77,11 @@ class Fetch(wiring.Component):
         out_free = Signal()
         read_free = Signal()
         issue = Signal()
+        writing = Signal()                       # a write is done this cycle
         m.d.comb += [
             out_free.eq(~out.valid | out.ready),
             read_free.eq(~read_valid | out_free),
-            issue.eq(read_free & self.run & (fetch_pc <= n)),
+            issue.eq(read_free & self.run & ~writing & (fetch_pc <= n)),
             rp.addr.eq(fetch_pc),
         ]
         with m.If(issue):                        # else it holds a word not yet moved on
@@ -93,12 +95,12 @@ class Fetch(wiring.Component):
         with m.If(self.rewind):
             m.d.sync += [fetch_pc.eq(0), read_valid.eq(0), out.valid.eq(0)]
 
+        # a write is registered and done a cycle after it is taken: the host
+        # port's word reaches flip-flops next to it, not the block RAM's
+        # inputs across the die (no fetch reads meanwhile: ``writing``)
         wp = imem.write_port()
         writable = ~(self.rewind | self.run)
-        m.d.comb += [
-            self.imem_w.ready.eq(writable),
-            wp.addr.eq(self.imem_w.p.addr),
-            wp.data.eq(self.imem_w.p.data),
-            wp.en.eq(self.imem_w.valid & writable),
-        ]
+        m.d.comb += self.imem_w.ready.eq(writable)
+        m.d.sync += [wp.addr.eq(self.imem_w.p.addr), wp.data.eq(self.imem_w.p.data),
+                     wp.en.eq(self.imem_w.valid & writable), writing.eq(self.imem_w.valid & writable)]
         return m
