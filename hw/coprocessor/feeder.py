@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
-from ..lib import QueueBank, RegisterSlice, RoundRobin
+from ..lib import Queue, RegisterSlice, RoundRobin
 
 __all__ = ["DescriptorFeeder"]
 
@@ -22,27 +22,25 @@ class DescriptorFeeder(wiring.Component):
 
     A descriptor waits in its channel's queue (so a COPY waits only while its
     own channel's queue is full, and a busy channel never holds up the
-    others). The queues are block RAM (:class:`hw.lib.QueueBank`: a
-    descriptor is a few hundred bits, and a queue each in LUT RAM gave every
-    queue a write enable fanning out to a cell per four bits), each read
-    ahead so its head is a register's output; a pop moves only a read
-    pointer. (A head shows from the second cycle after it was written, and
-    a channel's head leaves at the earliest in that cycle.) A channel
-    *qualifies* when its queue is not empty, the DMA has a free slot for its
-    next descriptor or it has faulted (the DMA takes, and drops, anything
-    then), and it is not the registered pick. The free slots are counted
-    from registers: the DMA's ``free_slots`` of the previous cycle (a slot
-    freed in that cycle is seen a cycle late) against the channel's offers
-    then, both before that cycle's take. The qualifying channels share
-    ``desc`` round-robin (:class:`hw.lib.RoundRobin`), and the pick is
-    registered: in the next cycle its queue's head moves into the offer (so
-    a channel is picked at most every second cycle). The offer is
-    one register (its output straight from flip-flops: the DMA's slot
-    choice starts from them), loaded only while it is empty, so the DMA's
-    ``ready`` reaches its valid bit and the take counts, never a payload
-    enable; the DMA always has room for what is offered and takes it at
-    once, so a descriptor leaves at most every second cycle. From queue to
-    DMA: two cycles.
+    others). The queues read first-word fall-through (LUT RAM read
+    without an output register), so a pop moves only a read pointer: a
+    registered read side would make every pop an enable of a
+    descriptor-wide register. A channel *qualifies* when its queue is not empty, the DMA
+    has a free slot for its next descriptor or it has faulted (the DMA
+    takes, and drops, anything then), and it is not the registered pick. The
+    free slots are counted from registers: the DMA's ``free_slots`` of the
+    previous cycle (a slot freed in that cycle is seen a cycle late) against
+    the channel's offers then, both before that cycle's take. The
+    qualifying channels share ``desc`` round-robin
+    (:class:`hw.lib.RoundRobin`), and the pick is registered: in the next
+    cycle its queue's head moves into the offer (so a channel is picked at
+    most every second cycle, and the arbiter's decision reaches only the
+    pick register, never a queue or the offer). The offer is one register
+    (its output straight from flip-flops: the DMA's slot choice starts from
+    them), loaded only while it is empty, so the DMA's ``ready`` reaches its
+    valid bit and the take counts, never a payload enable; the DMA always
+    has room for what is offered and takes it at once, so a descriptor
+    leaves at most every second cycle. From queue to DMA: two cycles.
 
     Per channel, the descriptors that left its queue are counted and compared
     with the DMA's ``done_count`` (both wrap at the same width): a channel is
@@ -122,13 +120,11 @@ class DescriptorFeeder(wiring.Component):
         m.d.sync += flushed.eq(self.flush)
         eligible = Signal(C)
         count_shape = Shape.cast(ChannelStatus(arch)["done_count"].shape)
-        empty, held = Signal(C), Signal(C)
-        m.submodules.queues = queues = QueueBank(layout, C, self._depth)
-        m.d.comb += [
-            queues.w.valid.eq(w.valid), queues.w.payload.eq(w.payload),
-            queues.w_queue.eq(w.p.chan), w.ready.eq(queues.w.ready),
-        ]
+        w_ready, empty, held = Signal(C), Signal(C), Signal(C)
+        heads = []
         for c in range(C):
+            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False)
+            heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
             gone = taken & (self.desc.p.chan == c)
@@ -146,17 +142,20 @@ class DescriptorFeeder(wiring.Component):
             with m.If(self.flush):
                 m.d.sync += [in_flight.eq(0), took.eq(0)]
             m.d.comb += [
-                empty[c].eq(queues.level[c] == 0),
+                q.w.valid.eq(w.valid & (w.p.chan == c)),
+                q.w.payload.eq(w.payload),
+                w_ready[c].eq(q.w.ready),
+                empty[c].eq(q.level == 0),
                 held[c].eq(offered != 0),
                 # a free slot beyond those the offers will fill; not picked already
                 # (its head leaves the queue only when the pick is pushed)
-                eligible[c].eq(~empty[c] & ((slots > in_flight) | st[c].error)
+                eligible[c].eq(q.r.valid & ((slots > in_flight) | st[c].error)
                                & ~chosen[c] & ~flushed),
                 arb.requests[c].eq(eligible[c] & ~self.flush),
                 # (a flush reads every queue anyway, and its branches take
                 # priority wherever ``pop`` counts)
                 pop.eq(chosen[c] & ~offer_valid),
-                queues.pop[c].eq(self.flush | pop),
+                q.r.ready.eq(self.flush | pop),
             ]
             written = self.w.valid & self.w.ready & (self.w.p.chan == c)
             m.d.sync += self.done[c].eq(empty[c] & ~held[c] & ~st[c].busy & ~written & ~in_slice[c]
@@ -166,8 +165,9 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        self._load_offer(m, (offer_valid, offer_p), Array(queues.head)[pick], push, taken)
+        self._load_offer(m, (offer_valid, offer_p), Array(heads)[pick], push, taken)
         m.d.comb += [
+            w.ready.eq(w_ready.bit_select(w.p.chan, 1)),
             arb.advance.eq(~picked | push),
             self.drained.eq(empty.all() & ~held.any() & ~in_slice.any()
                             & ~Cat(*[s.busy for s in st]).any()

@@ -5,8 +5,6 @@
 * :mod:`.arbiter`: :class:`RoundRobin`, the round-robin arbiter, and
   :class:`ParkedRoundRobin`, its variant with a registered grant;
 * :mod:`.queue`: :class:`Queue`, a typed FIFO with stream ports;
-* :mod:`.queue_bank`: :class:`QueueBank`, queues that share one (block RAM)
-  memory, one write and one registered read a cycle;
 * :mod:`.slice`: :class:`RegisterSlice`, a full-rate stream stage with registered
   valid, payload and ready (cuts a path in two for timing);
 * :mod:`.pages`: the page-size decoder (a 2-bit size code to bytes or masks);
@@ -17,13 +15,12 @@ from .widths import (BUS_WIDTHS, check_bus_width, resolve_channels, index_bits, 
                      ctx_bits, dev_bits, sem_bits, counter_shape)
 from .arbiter import ParkedRoundRobin, RoundRobin
 from .queue import Queue
-from .queue_bank import QueueBank
 from .slice import RegisterSlice
 from .pages import page_select, page_bytes, page_offset_mask, PageSizeDecoder
 from .copies import MAX_EXTRA_COPIES, register_copies
 
 __all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
            "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "ParkedRoundRobin",
-           "Queue", "QueueBank", "RegisterSlice",
+           "Queue", "RegisterSlice",
            "page_select", "page_bytes", "page_offset_mask", "PageSizeDecoder",
            "MAX_EXTRA_COPIES", "register_copies"]
