@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = ["TimingGraph", "Endpoint", "parse_sdf", "failing_endpoints", "group_endpoints",
            "signal_of", "summarize"]
@@ -113,6 +114,8 @@ def _read_cell(g: TimingGraph, cell: list) -> None:
                     g.arcs[_pin(arc[1])].append((_pin(arc[2]), _worst(arc[3])))
                 elif arc[0] == "IOPATH":
                     src, dst = _port(arc[1]), (inst, _port(arc[2]))
+                    # (a clock pin: named by the cell's setup checks, or by its
+                    # name where a cell has none, such as a block RAM's read side)
                     if src in clocks or src.startswith("CLK"):
                         g.launch[dst] = max(g.launch.get(dst, 0), _worst(arc[3]))
                     else:
@@ -207,7 +210,6 @@ def endpoints_report(sdf_path, constraint_mhz: float, fmax_mhz: float | None) ->
     with ``agrees_with_nextpnr``: its worst figure against nextpnr's Fmax
     ``fmax_mhz`` (within 0.5 %). An SDF that is missing or unreadable gives
     ``{"unavailable": why}``, never a guess."""
-    from pathlib import Path
     path = Path(sdf_path)
     try:
         summary = summarize(path.read_text(), constraint_mhz)

@@ -68,7 +68,7 @@ class Fetch(wiring.Component):
         # hence a combinational read port and ``read_word``)
         m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program,
                                           attrs={"no_rw_check": 1})
-        rp = imem.read_port(domain="comb")
+        rp, wp = imem.read_port(domain="comb"), imem.write_port()
         read_word = Signal(WORD_BITS)
         fetch_pc = Signal(range(n + 2))          # the next word to read
         read_valid = Signal()                    # read_word holds the word at read_pc
@@ -77,11 +77,10 @@ class Fetch(wiring.Component):
         out_free = Signal()
         read_free = Signal()
         issue = Signal()
-        writing = Signal()                       # a write is done this cycle
         m.d.comb += [
             out_free.eq(~out.valid | out.ready),
             read_free.eq(~read_valid | out_free),
-            issue.eq(read_free & self.run & ~writing & (fetch_pc <= n)),
+            issue.eq(read_free & self.run & ~wp.en & (fetch_pc <= n)),   # (no read meets a write)
             rp.addr.eq(fetch_pc),
         ]
         with m.If(issue):                        # else it holds a word not yet moved on
@@ -97,10 +96,9 @@ class Fetch(wiring.Component):
 
         # a write is registered and done a cycle after it is taken: the host
         # port's word reaches flip-flops next to it, not the block RAM's
-        # inputs across the die (no fetch reads meanwhile: ``writing``)
-        wp = imem.write_port()
+        # inputs across the die (no fetch reads meanwhile: ``issue``)
         writable = ~(self.rewind | self.run)
         m.d.comb += self.imem_w.ready.eq(writable)
         m.d.sync += [wp.addr.eq(self.imem_w.p.addr), wp.data.eq(self.imem_w.p.data),
-                     wp.en.eq(self.imem_w.valid & writable), writing.eq(self.imem_w.valid & writable)]
+                     wp.en.eq(self.imem_w.valid & writable)]
         return m
