@@ -552,6 +552,16 @@ class HostPort(wiring.Component):
         arch = self._arch
         mem_w, mem_r, imem_w = self.mem_w, self.mem_r, self.imem_w
 
+        # the words' payloads are driven whatever the decoding says (valid alone
+        # marks a write): driven only under its condition, they were zero
+        # otherwise, which Yosys builds as a reset of the receiving flip-flops,
+        # one net from the decoding to every bit of the word
+        imem_top = field(f"IMEM_DATA{len(h.imem_data) - 1}", "bits")
+        mem_top = field(f"MEM_WDATA{len(h.wlanes)}", "bits")
+        m.d.comb += [imem_w.p.data.eq(Cat(*h.imem_data[:-1], w.merged(imem_top, h.imem_data[-1]))),
+                     mem_w.p.data.eq(Cat(*h.wlanes, w.bits(mem_top))),
+                     mem_w.p.be.eq(Cat(*h.wbe, w.strb))]
+
         def store(sig):
             def write(f):
                 m.d.sync += sig.eq(w.merged(f, sig))
@@ -584,22 +594,20 @@ class HostPort(wiring.Component):
 
         def mem_store(f):
             with m.If(w.enabled(f)):
-                m.d.comb += [mem_w.valid.eq(1), mem_w.p.data.eq(Cat(*h.wlanes, w.bits(f))),
-                             mem_w.p.be.eq(Cat(*h.wbe, w.strb))]
+                m.d.comb += mem_w.valid.eq(1)
                 with m.If(mem_w.ready):
                     m.d.sync += [h.mem_addr.eq(h.mem_addr + 1)] + [be.eq(0) for be in h.wbe]
                 with m.Else():
                     m.d.comb += w.stall.eq(1)
 
         def imem_store(f):
-            top = w.merged(f, h.imem_data[-1])
-            m.d.sync += h.imem_data[-1].eq(top)
+            m.d.sync += h.imem_data[-1].eq(w.merged(f, h.imem_data[-1]))
             with m.If(w.enabled(f)):
                 # refused while running, unless the word is already offered (valid stays up)
                 with m.If((h.running & ~h.imem_offered) | (h.imem_addr >= arch.imem_words)):
                     m.d.comb += w.ok.eq(0)
                 with m.Else():
-                    m.d.comb += [imem_w.valid.eq(1), imem_w.p.data.eq(Cat(*h.imem_data[:-1], top))]
+                    m.d.comb += imem_w.valid.eq(1)
                     with m.If(imem_w.ready):
                         m.d.sync += [h.imem_addr.eq(h.imem_addr + 1), h.imem_offered.eq(0)]
                     with m.Else():
