@@ -67,7 +67,7 @@ def ooc_figures(name, block, freq, target, mem_bytes=None, *, limit_s, out, buil
 
 def board_figures(name, target, *, limit_s, out, build=None) -> dict:
     """One board build as ``fpga_<board>_*`` figures."""
-    from gen.fpga import BoardOptions, build_board
+    from gen.fpga_board import BoardOptions, build_board
     build = build or build_board
     key = "fpga_" + name.replace("-", "_")
     rep = build(BoardOptions(board=name, out=str(out / name), time_limit_s=limit_s))

@@ -4,8 +4,8 @@
 builds the board's self-checking top (``--program`` then programs it);
 ``--ooc --block B`` builds one block out of context. Both write
 ``report.json`` (utilization, Fmax per clock, whether timing was met).
-Parses into :class:`gen.fpga.BoardOptions` / :class:`gen.fpga.OocOptions`
-and calls :func:`gen.fpga.build_board` / :func:`gen.fpga.build_ooc`.
+Parses into :class:`gen.fpga_board.BoardOptions` / :class:`gen.fpga.OocOptions`
+and calls :func:`gen.fpga_board.build_board` / :func:`gen.fpga.build_ooc`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ORDER = 55
 def add_arguments(p):
     from gen.fpga import OOC_BLOCKS, OOC_FAMILY_DEFAULTS, OocOptions
     d = OocOptions()
-    from gen.fpga import BoardOptions
+    from gen.fpga_board import BoardOptions
     bd = BoardOptions()
     p.add_argument("--list-boards", action="store_true", help="print the boards with their part and capacity")
     p.add_argument("--board", default=None, help="build this board's self-checking top (see --list-boards)")
@@ -111,7 +111,7 @@ def run(args) -> int:
 
 
 def _board(args) -> int:
-    from gen.fpga import BoardOptions, build_board
+    from gen.fpga_board import BoardOptions, build_board
     opts = BoardOptions(board=args.board, model=args.model, train=args.train, rollout=args.rollout,
                         dtype=args.dtype, bus_bits=args.bus_bits, channels=args.channels,
                         tlb_entries=args.tlb_entries, mem_bytes=args.mem_bytes, page_sizes=args.page_sizes,

@@ -10,7 +10,7 @@ import pytest
 
 from gen.bench import SECTIONS, BenchOptions, run_bench
 from gen.bench_fpga import board_figures, ooc_figures
-from gen.fpga import _run_build_script
+from gen.fpga_board import _run_build_script
 
 
 class _SleepyPlan:

@@ -107,7 +107,7 @@ def test_board_top_verilog_passes_and_fails_over_the_uart():
     with the real programs; FAIL with a corrupted program (device 0's first
     copy reads one byte further on), reporting the CRC of what the corrupted
     program really produces (the golden model's), with the fail LED on."""
-    from gen.fpga import parse_verdict, simulate_board_verilator
+    from gen.fpga_board import parse_verdict, simulate_board_verilator
     top, crc = _board()
     line, leds = simulate_board_verilator(top, divisor=DIVISOR, limit=5_000_000)
     v = parse_verdict(line)

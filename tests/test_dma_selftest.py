@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from gen.dma_selftest import dma_selftest_case
-from gen.fpga import parse_verdict, simulate_board_verilator
+from gen.fpga_board import parse_verdict, simulate_board_verilator
 from gen.simkit import run_simulation, stream_get, stream_put, uart_receive
 from hw.dma_selftest import DmaSelfTest, IdentityTranslator
 from hw.mmu import TranslateCause

@@ -86,7 +86,7 @@ def test_apply_rewrites_the_netlist_and_the_command_reports(tmp_path, capsys):
 
 def test_the_board_build_script_runs_it_between_synthesis_and_place_and_route():
     from amaranth.build.plat import BuildPlan
-    from gen.fpga import _add_floorplan
+    from gen.fpga_board import _add_floorplan
     plan = BuildPlan("build_top")
     plan.add_file("build_top.sh", 'set -e\n"$YOSYS" -q -l top.rpt top.ys\n"$NEXTPNR_ECP5" --json top.json\n')
     assert _add_floorplan(plan, "top", PARTS["LFE5U-25F"], 2) is None     # no table
@@ -98,7 +98,7 @@ def test_the_board_build_script_runs_it_between_synthesis_and_place_and_route():
 
 
 def test_no_floorplan_reaches_the_board_options(monkeypatch):
-    import gen.fpga as fpga
+    import gen.fpga_board as fpga
     seen = []
     monkeypatch.setattr(fpga, "build_board", lambda opts, progress: seen.append(opts) or {})
     monkeypatch.setattr("gen.cmd_fpga._print_critical_path", lambda rep: None)
@@ -153,7 +153,7 @@ def test_the_2_device_board_build_locks_each_devices_block_rams(monkeypatch, tmp
     script it runs, for the top's 2 devices, and its report says so (the
     Verilator check and the tools themselves stubbed out: only the script is
     looked at)."""
-    import gen.fpga as fpga
+    import gen.fpga_board as fpga
     scripts = []
 
     def fake_run(plan, out, env, time_limit_s, progress):

@@ -191,7 +191,7 @@ def test_programmer_named_by_its_variable(monkeypatch, tmp_path):
 
 
 def test_ice40_subset_checks_its_options(tmp_path):
-    from gen.fpga import BoardOptions, build_board
+    from gen.fpga_board import BoardOptions, build_board
     with pytest.raises(InputError, match=r"--bus-bits 64: the iCE40UP5K subset .* has a 32-bit bus"):
         build_board(BoardOptions(board="icebreaker", bus_bits=64, out=str(tmp_path)))
     with pytest.raises(InputError, match=r"--freq-mhz: icebreaker runs at its oscillator"):
@@ -206,7 +206,7 @@ def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path
     2 channels (86 % of the logic cells, about a minute): the default 4 fill
     99 % and nextpnr's placer takes 6-8 minutes over them, so the default
     build is ``python -m gen bench --only fpga``'s."""
-    from gen.fpga import SUBSET, BoardOptions, build_board
+    from gen.fpga_board import SUBSET, BoardOptions, build_board
     monkeypatch.setenv("ICEPROG", str(tmp_path / "no-iceprog"))
     rep = build_board(BoardOptions(board="icebreaker", channels=2, out=str(tmp_path / "ice")))
     saved = json.loads((tmp_path / "ice" / "report.json").read_text())
