@@ -389,15 +389,11 @@ def test_sync_unit_signal_wait_fence_halt():
         ctx.set(dut.insn.p, unit_insn_of(prog[3]))                         # WAIT sem=1 count=3
         await ctx.tick()
         assert not ctx.get(dut.blocked)             # its operands are being registered
-        for n in range(3):
+        for _ in range(3):
             await ctx.tick()
             assert ctx.get(dut.blocked) and not ctx.get(dut.insn.ready)
             await stream_put(ctx, dut.sig_in, 1)
             assert not ctx.get(dut.blocked)         # a signal came: not known below until checked
-            assert ctx.get(dut.semaphores[1]) == n  # registered first, it counts a cycle later
-            await ctx.tick()
-            assert ctx.get(dut.semaphores[1]) == n + 1
-            assert not ctx.get(dut.blocked) and not ctx.get(dut.insn.ready)
         await ctx.tick().until(dut.insn.ready)
         ctx.set(dut.insn.p, unit_insn_of(prog[4]))                         # FENCE chan 1: waits
         await ctx.tick()

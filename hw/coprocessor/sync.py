@@ -36,8 +36,7 @@ class SyncUnit(wiring.Component):
 
     ``unfenced`` marks the channels with a COPY issued (``issued``) since
     their last FENCE (COMMIT refuses to run while any is). Semaphores count
-    incoming signals (``sig_in``, always ready; a signal counts the cycle
-    after it arrives) and saturate at the largest
+    incoming signals (``sig_in``, always ready) and saturate at the largest
     count a WAIT can name.
 
     Parameters
@@ -84,7 +83,7 @@ class SyncUnit(wiring.Component):
             "semaphores": Out(semaphore_shape()).array(arch.semaphores),
         })
 
-    def _wait_check(self, m, w, op, arrived):
+    def _wait_check(self, m, w, op):
         """A WAIT's check in two registers, off the decoded word and off the
         retire path: its semaphore number and count are registered (``at``,
         ``held_count``) in the cycle it is offered, compared with the
@@ -114,7 +113,7 @@ class SyncUnit(wiring.Component):
         # comes from this register, not through the comparison
         below = Signal()
         m.d.sync += below.eq(checking & ~reached & ~self.insn.ready & ~self.restart
-                             & ~self.sig_in.valid & ~arrived.any())
+                             & ~self.sig_in.valid)
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
@@ -127,15 +126,7 @@ class SyncUnit(wiring.Component):
         error = Signal(C)
         m.d.comb += error.eq(Cat(*[s.error for s in self.chan_status]))
 
-        # an incoming signal comes from the interconnect, across the die: it is
-        # registered here, decoded to its semaphore, before it reaches the
-        # semaphores' adders (it counts a cycle after it arrives)
-        S = len(self.semaphores)
-        arrived = Signal(S)
-        m.d.comb += self.sig_in.ready.eq(1)
-        m.d.sync += arrived.eq(Cat(*[self.sig_in.valid & (self.sig_in.p == s) & ~self.restart
-                                     for s in range(S)]))
-        held, at, checking, below, satisfied = self._wait_check(m, w, op, arrived)
+        held, at, checking, below, satisfied = self._wait_check(m, w, op)
         wait_retires = Signal()
         m.d.comb += wait_retires.eq(satisfied & step)
         # a WAIT that took from its semaphore (what verif's DMA monitor watches)
@@ -147,8 +138,9 @@ class SyncUnit(wiring.Component):
         # A retiring WAIT's count and semaphore are the registered ones: the
         # decoded instruction does not reach the semaphores' adders.
         top = (1 << semaphore_shape().width) - 1
+        m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
-            inc = arrived[s]
+            inc = self.sig_in.valid & (self.sig_in.p == s)
             grown = Mux(inc & (val != top), val + 1, val)
             # the WAIT checked val >= count, and val has not dropped since: no
             # borrow, and with count >= 1 no saturation either
