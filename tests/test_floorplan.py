@@ -98,9 +98,9 @@ def test_the_board_build_script_runs_it_between_synthesis_and_place_and_route():
 
 
 def test_no_floorplan_reaches_the_board_options(monkeypatch):
-    import gen.fpga_board as fpga
+    import gen.fpga_board as fpga_board
     seen = []
-    monkeypatch.setattr(fpga, "build_board", lambda opts, progress: seen.append(opts) or {})
+    monkeypatch.setattr(fpga_board, "build_board", lambda opts, progress: seen.append(opts) or {})
     monkeypatch.setattr("gen.cmd_fpga._print_critical_path", lambda rep: None)
     monkeypatch.setattr("gen.cmd_fpga.board_verdict", lambda rep, allow_timing_fail: "")
     monkeypatch.setattr("gen.cmd_fpga.board_passed", lambda rep, allow_timing_fail: True)
@@ -153,18 +153,18 @@ def test_the_2_device_board_build_locks_each_devices_block_rams(monkeypatch, tmp
     script it runs, for the top's 2 devices, and its report says so (the
     Verilator check and the tools themselves stubbed out: only the script is
     looked at)."""
-    import gen.fpga_board as fpga
+    import gen.fpga_board as fpga_board
     scripts = []
 
     def fake_run(plan, out, env, time_limit_s, progress):
         scripts.append((plan.files[f"{plan.script}.sh"], env.get("PYTHONPATH", "")))
         return None, "failed"
 
-    monkeypatch.setattr(fpga, "simulate_board_verilator",
+    monkeypatch.setattr(fpga_board, "simulate_board_verilator",
                         lambda top, divisor, progress: ("PASS cycles=1 crc=00000000", None))
-    monkeypatch.setattr(fpga, "_run_build_script", fake_run)
-    monkeypatch.setattr(fpga, "tool_versions", lambda env, family: {})
-    rep = fpga.build_board(fpga.BoardOptions(board="ulx3s-85f", out=str(tmp_path)))
+    monkeypatch.setattr(fpga_board, "_run_build_script", fake_run)
+    monkeypatch.setattr(fpga_board, "tool_versions", lambda env, family: {})
+    rep = fpga_board.build_board(fpga_board.BoardOptions(board="ulx3s-85f", out=str(tmp_path)))
     script, pythonpath = scripts.pop()
     assert "-m gen.floorplan_worker top.json --part LFE5U-85F --devices 2\n" in script
     assert script.index("gen.floorplan_worker") < script.index('"$NEXTPNR_ECP5"')
