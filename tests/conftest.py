@@ -74,16 +74,3 @@ def fsdp1_w2(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fsdp2_w4(tmp_path_factory):
     return capture_trace(tmp_path_factory, "fsdp2", 4, record_data=True)
-
-
-# xdist hands out whole files (``--dist loadfile``; ``--no-loadscope-reorder``
-# keeps collection order, not most tests first), and a worker that draws a long
-# file last runs it alone at the end: the longest files go first (longest
-# first, as measured by the durations each run prints); the rest keep their order
-LONGEST_FILES = ("test_uvm.py", "test_system.py", "test_verilator.py", "test_schedule.py",
-                 "test_perf.py", "test_collectives_rtl.py", "test_board.py", "test_report.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FILES)))
