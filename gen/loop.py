@@ -10,6 +10,8 @@ See docs/loop.md.
 """
 from __future__ import annotations
 
+import re
+import resource
 import shutil
 import tempfile
 import time
@@ -94,6 +96,27 @@ def _stderr(msg: str) -> None:
     print(f"loop: {msg}", file=sys.stderr, flush=True)
 
 
+def _reset_peak_rss() -> None:
+    """Start this process's peak resident size afresh (Linux: ``5`` written to
+    ``/proc/self/clear_refs``), so that the loop's figure is its own and not
+    the peak of whatever this process ran before (a pytest worker's earlier
+    tests, earlier benchmarks). Where the kernel refuses, the peak stays the
+    process's whole life's, as ``getrusage`` gives it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident size since :func:`_reset_peak_rss`, in MiB."""
+    try:
+        m = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    except OSError:
+        m = None
+    return int(m.group(1)) / 1024 if m else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
     """Run the loop and its reference; the JSON-ready summary (``verified`` is the verdict).
 
@@ -113,6 +136,7 @@ def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
     expected_shapes(spec, opts.world)          # tp = world must fit the model
     train, rollout = f"fsdp2:dp={opts.world}", f"vllm:tp={opts.world}"
     t_start = time.monotonic()
+    _reset_peak_rss()
     workdir = Path(tempfile.mkdtemp(prefix="reshardip-loop-"))
     try:
         progress(f"model {spec.name}: {spec.numel:,} parameters, random init (seed {opts.seed}), fp32")
@@ -143,9 +167,8 @@ def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out = compare_runs(ref, hw, verl_allgather_bytes=verl_plan.total_bytes)
-    import resource
     ranks_mib = [round(h["peak_rss_mib"], 1) for h in hw]
-    parent_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    parent_mib = _peak_rss_mib()
     out.update(engine=opts.engine, model=spec.name, world=opts.world, steps=opts.steps, seed=opts.seed,
                seconds=round(time.monotonic() - t_start, 1),
                peak_rss_mib={"ranks": ranks_mib, "parent": round(parent_mib, 1),
