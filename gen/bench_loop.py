@@ -1,8 +1,8 @@
 """Benchmark section ``loop``: the closed loop's budget (``python -m gen bench --only loop``).
 
 Runs ``python -m gen loop --steps 2`` on the emitted Verilog (tiny-qwen2, 2 ranks) through
-:func:`gen.loop.run_loop` and reports its wall time and peak memory (both ranks and the
-parent, summed) against issue 11's budget of 60 s and 4 GiB, with the sync's cycles against
+:func:`gen.loop.run_loop` and reports its wall time and peak memory (the loop's process and
+its ranks, summed as sampled) against issue 11's budget of 60 s and 4 GiB, with the sync's cycles against
 the port lower bound and the bytes against verl's all-gather. The simulator is built first
 and not counted (the budget is "the simulator build cached").
 """

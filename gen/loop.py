@@ -10,8 +10,6 @@ See docs/loop.md.
 """
 from __future__ import annotations
 
-import re
-import resource
 import shutil
 import tempfile
 import time
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gen.api import ENGINES
+from gen.resources import PeakMemory
 from gen.weight_sync import FAULT_KINDS
 from model.errors import InputError
 
@@ -96,27 +95,6 @@ def _stderr(msg: str) -> None:
     print(f"loop: {msg}", file=sys.stderr, flush=True)
 
 
-def _reset_peak_rss() -> None:
-    """Start this process's peak resident size afresh (Linux: ``5`` written to
-    ``/proc/self/clear_refs``), so that the loop's figure is its own and not
-    the peak of whatever this process ran before (a pytest worker's earlier
-    tests, earlier benchmarks). Where the kernel refuses, the peak stays the
-    process's whole life's, as ``getrusage`` gives it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
-def _peak_rss_mib() -> float:
-    """This process's peak resident size since :func:`_reset_peak_rss`, in MiB."""
-    try:
-        m = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
-    except OSError:
-        m = None
-    return int(m.group(1)) / 1024 if m else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
     """Run the loop and its reference; the JSON-ready summary (``verified`` is the verdict).
 
@@ -136,43 +114,41 @@ def run_loop(opts: LoopOptions, progress=_stderr, keep_records=None) -> dict:
     expected_shapes(spec, opts.world)          # tp = world must fit the model
     train, rollout = f"fsdp2:dp={opts.world}", f"vllm:tp={opts.world}"
     t_start = time.monotonic()
-    _reset_peak_rss()
     workdir = Path(tempfile.mkdtemp(prefix="reshardip-loop-"))
     try:
-        progress(f"model {spec.name}: {spec.numel:,} parameters, random init (seed {opts.seed}), fp32")
-        _write_model(spec, workdir / "model", opts.seed)
-        ws = WeightSync(SyncOptions(opts.model, train, rollout, opts.engine), workdir / "compiled-check", progress)
-        ws.prepare(progress)
-        verl_plan = make_plan(spec, parse_spec(train, "train"), parse_spec(rollout, "rollout"), "fp32", "verl")
-        progress(f"starting {opts.world} verl ranks (gloo): the reference run, then the run through the "
-                 f"hardware ({opts.engine})")
-        args = ["--workdir", str(workdir), "--model-dir", str(workdir / "model"), "--model", opts.model,
-                "--steps", str(opts.steps), "--engine", opts.engine, "--seed", str(opts.seed),
-                "--prompts", str(opts.prompts), "--prompt-len", str(opts.prompt_len),
-                "--max-new-tokens", str(opts.max_new_tokens), "--rollout-n", str(opts.rollout_n)]
-        if fault:
-            args += ["--fault", fault.arg()]
-        try:
-            run_ranks("gen.loop_worker", lambda r: args, opts.world, workdir, timeout=opts.timeout,
-                      progress=progress, error=LoopError)
-        except RankError as e:
-            raise LoopError(str(e)) from None
-        if keep_records is not None:
-            Path(keep_records).mkdir(parents=True, exist_ok=True)
-            for f in workdir.glob("rank*.pt"):
-                shutil.copy(f, Path(keep_records) / f.name)
-        import torch
-        ref = [torch.load(workdir / f"rank{r}.reference.pt", weights_only=False) for r in range(opts.world)]
-        hw = [torch.load(workdir / f"rank{r}.hardware.pt", weights_only=False) for r in range(opts.world)]
+        with PeakMemory() as memory:     # the loop's process and its ranks, summed
+            progress(f"model {spec.name}: {spec.numel:,} parameters, random init (seed {opts.seed}), fp32")
+            _write_model(spec, workdir / "model", opts.seed)
+            ws = WeightSync(SyncOptions(opts.model, train, rollout, opts.engine), workdir / "compiled-check", progress)
+            ws.prepare(progress)
+            verl_plan = make_plan(spec, parse_spec(train, "train"), parse_spec(rollout, "rollout"), "fp32", "verl")
+            progress(f"starting {opts.world} verl ranks (gloo): the reference run, then the run through the "
+                     f"hardware ({opts.engine})")
+            args = ["--workdir", str(workdir), "--model-dir", str(workdir / "model"), "--model", opts.model,
+                    "--steps", str(opts.steps), "--engine", opts.engine, "--seed", str(opts.seed),
+                    "--prompts", str(opts.prompts), "--prompt-len", str(opts.prompt_len),
+                    "--max-new-tokens", str(opts.max_new_tokens), "--rollout-n", str(opts.rollout_n)]
+            if fault:
+                args += ["--fault", fault.arg()]
+            try:
+                run_ranks("gen.loop_worker", lambda r: args, opts.world, workdir, timeout=opts.timeout,
+                          progress=progress, error=LoopError)
+            except RankError as e:
+                raise LoopError(str(e)) from None
+            if keep_records is not None:
+                Path(keep_records).mkdir(parents=True, exist_ok=True)
+                for f in workdir.glob("rank*.pt"):
+                    shutil.copy(f, Path(keep_records) / f.name)
+            import torch
+            ref = [torch.load(workdir / f"rank{r}.reference.pt", weights_only=False) for r in range(opts.world)]
+            hw = [torch.load(workdir / f"rank{r}.hardware.pt", weights_only=False) for r in range(opts.world)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out = compare_runs(ref, hw, verl_allgather_bytes=verl_plan.total_bytes)
     ranks_mib = [round(h["peak_rss_mib"], 1) for h in hw]
-    parent_mib = _peak_rss_mib()
     out.update(engine=opts.engine, model=spec.name, world=opts.world, steps=opts.steps, seed=opts.seed,
                seconds=round(time.monotonic() - t_start, 1),
-               peak_rss_mib={"ranks": ranks_mib, "parent": round(parent_mib, 1),
-                             "total": round(sum(ranks_mib) + parent_mib, 1)})
+               peak_rss_mib={"ranks": ranks_mib, "total": round(memory.peak / 2**20, 1)})
     return out
 
 

@@ -115,14 +115,3 @@ def test_bad_input_is_one_line_and_status_2(argv, needle, capsys):
     assert main(["loop", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
-
-
-def test_the_loops_peak_memory_is_its_own():
-    """The parent's peak is measured from the loop's start: a pytest worker's (or a
-    benchmark run's) earlier peak must not count."""
-    from gen.loop import _peak_rss_mib, _reset_peak_rss
-    block = b"\x01" * (300 << 20)               # written, so resident
-    earlier = _peak_rss_mib()
-    del block
-    _reset_peak_rss()
-    assert _peak_rss_mib() < earlier - 200

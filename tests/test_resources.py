@@ -26,3 +26,16 @@ def test_peak_memory_counts_children_while_they_run():
     with PeakMemory(interval=0.05) as with_child:
         subprocess.run([sys.executable, "-c", hold], check=True)
     assert with_child.peak - alone.peak > 150 << 20
+
+
+def test_peak_memory_does_not_count_an_earlier_peak():
+    """What a run reports is its own: the peak a process reached before the block
+    (a pytest worker's earlier tests, an earlier benchmark) does not count."""
+    import numpy as np
+    block = np.ones(300 << 20, np.uint8)          # written, so resident
+    with PeakMemory(interval=0.05) as before:
+        pass
+    del block
+    with PeakMemory(interval=0.05) as after:
+        pass
+    assert after.peak < before.peak - (200 << 20)
