@@ -123,18 +123,21 @@ def test_vcd_written(tmp_path):
     assert len(data) > 10_000 and b"$enddefinitions" in data and b"cop" in data
 
 
-def _simulate(tmp_path, train, rollout="vllm:tp=2", engine="amaranth"):
+def _simulate(tmp_path, train, rollout="vllm:tp=2", engine="amaranth", model="tiny-qwen2"):
     """What ``python -m gen sim --engine ENGINE --json`` prints, and its exit status."""
     from gen.api import CompileOptions, SimOptions, simulate
-    out = simulate(SimOptions(CompileOptions(model="tiny-qwen2", train=train, rollout=rollout),
+    out = simulate(SimOptions(CompileOptions(model=model, train=train, rollout=rollout),
                               engine=engine, out=tmp_path / "prog"))
     return (0 if out["verified"] else 1), json.loads(json.dumps(out))
 
 
 def test_tiny_qwen2_fsdp2_dp2_reshard_on_rtl(tmp_path):
     """``python -m gen sim``: compile, run on the RTL, verify the rollout shards,
-    the compiled end state and the golden model's end state; near the bound."""
-    rc, out = _simulate(tmp_path, "fsdp2:dp=2")
+    the compiled end state and the golden model's end state; near the bound.
+    On the emitted Verilog: the same reshard's Amaranth run is compared with it
+    cycle for cycle in tests/test_verilator.py, and running it here a second time
+    in the Amaranth simulator cost 40-120 s of the suite."""
+    rc, out = _simulate(tmp_path, "fsdp2:dp=2", engine="verilator")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["status"] == ["HALTED", "HALTED"] and out["faults"] == []
     assert out["bytes_copied"] > 0 and out["bytes_remapped"] > 0
@@ -142,9 +145,18 @@ def test_tiny_qwen2_fsdp2_dp2_reshard_on_rtl(tmp_path):
     assert out["sim_cycles_per_s"] > 0
 
 
+def test_micro_qwen2_reshard_on_the_amaranth_simulator(tmp_path):
+    """``gen sim``'s default engine, the Amaranth simulator, on the board's small model."""
+    rc, out = _simulate(tmp_path, "fsdp2:dp=2", model="micro-qwen2")
+    assert rc == 0 and out["verified"] and out["golden_agrees"], out
+    assert out["engine"] == "amaranth" and out["cycles"] >= out["lower_bound_cycles"] > 0, out
+
+
 @pytest.mark.slow
 def test_tiny_qwen2_fsdp1_dp2_reshard_on_rtl(tmp_path):
-    rc, out = _simulate(tmp_path, "fsdp1:dp=2")
+    """FSDP1's flat-parameter layout on the Verilog (the same simulator as
+    fsdp2's: one architecture; the Amaranth simulator took 66-160 s here)."""
+    rc, out = _simulate(tmp_path, "fsdp1:dp=2", engine="verilator")
     assert rc == 0 and out["verified"] and out["golden_agrees"], out
     assert out["cycles"] <= 1.10 * out["lower_bound_cycles"], out
 
