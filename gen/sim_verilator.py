@@ -128,11 +128,12 @@ def build_simulator(arch, bus_bits: int, progress=lambda m: None, harness: str =
     with profile-guided optimisation, profiled on that program's first
     :data:`PGO_TRAIN_CYCLES` cycles (``gen.verilator.build_binary``'s ``train``).
     """
-    from gen.verilator import HARNESS_FLAGS, build_binary
+    from gen.verilator import build_binary, harness_flags
     sources = system_sources(arch, bus_bits, progress, harness)
     if harness == "cxx":
         from gen.harness import TOP as HARNESS_TOP
-        return build_binary(sources, HARNESS_TOP, progress=progress, mode_flags=HARNESS_FLAGS,
+        flags = harness_flags(sum(len(text) for name, text in sources if name.endswith(".v")))
+        return build_binary(sources, HARNESS_TOP, progress=progress, mode_flags=flags,
                             name="Vharness", train=_trainer(train_dir) if train_dir is not None else None)
     from gen.testbench import TB_MODULE
     return build_binary(sources, TB_MODULE, progress=progress)

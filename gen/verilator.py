@@ -26,8 +26,21 @@ from model.errors import InputError
 CACHE = Path(__file__).resolve().parent.parent / "build" / "verilator"
 COMMON_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"]
 BUILD_FLAGS = ["--binary", "--timing", *COMMON_FLAGS, "--assert"]          # Verilog testbench top
-# C++ harness drives the clock; -O2 rather than make's default -Os: about 10% faster in one (noisy) run
-HARNESS_FLAGS = ["--cc", "--exe", "--build", *COMMON_FLAGS, "-MAKEFLAGS", "OPT_FAST=-O2"]
+#: Verilog above this size gets its per-cycle C++ at -O1, below it at -O2 (see :func:`harness_flags`)
+LARGE_VERILOG_BYTES = 3_000_000
+
+
+def harness_flags(verilog_bytes: int) -> list[str]:
+    """Verilator's flags for a C++ harness that drives the clock, with make's
+    optimisation of the per-cycle code (its default is -Os) chosen by size.
+    GCC's -O2 time grows faster than the code on the wide models' large functions.
+    Measured on the idle 2-core machine (build, then simulated cycles a second):
+    2 devices, 64-bit bus (2.4 MB of Verilog): -O2 27.8 s, 390k; -O1 25.7 s, 355k.
+    4 devices, 64-bit (3.8 MB): -O2 49.0 s, 173k; -O1 40.4 s, 171k. 4 devices,
+    256-bit (4.5 MB): -O2 112.9 s, 122k; -O1 59.8 s, 116k: -O2 pays back only on
+    runs of more than about 15 minutes (the profile-guided build is for those)."""
+    opt = "-O1" if verilog_bytes > LARGE_VERILOG_BYTES else "-O2"
+    return ["--cc", "--exe", "--build", *COMMON_FLAGS, "-MAKEFLAGS", f"OPT_FAST={opt}"]
 
 
 def _digest(sources: list[tuple[str, str]], flags: list[str]) -> str:
@@ -64,7 +77,7 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
     """(executable, was_cached) for the given (file name, text) sources.
 
     ``mode_flags`` default to :data:`BUILD_FLAGS` (a Verilog testbench as the
-    top); with :data:`HARNESS_FLAGS` the sources include the C++ harness and
+    top); with :func:`harness_flags` the sources include the C++ harness and
     ``name`` is the executable's name.
 
     ``train(executable)``, where given, asks for GCC's profile-guided
