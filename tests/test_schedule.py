@@ -105,7 +105,8 @@ def test_small_qwen2_dp4_on_verilator_runs_at_the_bound(tmp_path):
     serialise) on the Verilog: within 1 % of the bound recomputed from the
     copies (1.0006x measured; 1.368x before the phases, 1.34x with phases but
     no FENCE before a local copy that follows remote ones). Builds a
-    simulator the first time (about 4 minutes)."""
+    simulator the first time (about 2 minutes: emitting the Verilog, then
+    compiling it)."""
     from gen.api import SimOptions, simulate
     from gen.verilog import find_verilator
     from model.errors import InputError
