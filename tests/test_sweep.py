@@ -210,14 +210,21 @@ perf: {model: tiny-qwen2}
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_duplicating(tmp_path):
     """SIGTERM to the driver midway, then --resume: every point exactly once,
-    the rows from before the kill untouched, only the missing points run."""
+    the rows from before the kill untouched, only the missing points run.
+
+    Qwen2.5-0.5B's compile takes about 2.7 s a point on one worker and no stage
+    is shared but the plan, so rows land one at a time and the signal falls
+    between them. (Tiny-qwen2's 18 points all landed within 0.15 s, once the
+    shared perf task was done: a loaded CI machine polled past them and the
+    driver exited 0.)"""
     g = grid_file(tmp_path, """
 name: resume
-stages: [plan, compile, perf]
+stages: [plan, compile]
 axes:
+  model: [qwen2.5-0.5b]
   bus_bits: [32, 64, 128]
-  channels: [1, 2, 4]
-  tlb_entries: [32, 64]
+  channels: [1, 2]
+  tlb_entries: [1024]
 """)
     n = len(load_grid(g).points)
     out = tmp_path / "out"
