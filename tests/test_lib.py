@@ -90,12 +90,13 @@ def test_round_robin_rejects_bad_count():
         RoundRobin(0)
 
 
-@pytest.mark.parametrize("buffered,registered_head", [(True, False), (False, False), (False, True)])
+@pytest.mark.parametrize("buffered,registered_head,registered_flags",
+                         [(True, False, False), (False, False, False), (False, True, False), (False, False, True)])
 @pytest.mark.parametrize("depth", [1, 2, 5])
-def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head):
+def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head, registered_flags):
     layout = data.StructLayout({"a": 5, "b": 3})
-    q = Queue(layout, depth, buffered=buffered, registered_head=registered_head)
-    rng = random.Random(depth * 4 + buffered * 2 + registered_head)
+    q = Queue(layout, depth, buffered=buffered, registered_head=registered_head, registered_flags=registered_flags)
+    rng = random.Random(depth * 8 + buffered * 4 + registered_head * 2 + registered_flags)
     sent = [{"a": rng.randrange(32), "b": rng.randrange(8)} for _ in range(60)]
     got = []
     levels = []
@@ -115,14 +116,16 @@ def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head)
     assert max(levels) <= depth
 
 
+@pytest.mark.parametrize("variant", ["registered_head", "registered_flags"])
 @pytest.mark.parametrize("depth", [1, 2, 3, 8])
-def test_queue_registered_head_matches_fall_through_cycle_for_cycle(depth):
-    """The registered head changes where the oldest entry is kept, never
-    what either side sees in any cycle."""
+def test_queue_variants_match_fall_through_cycle_for_cycle(depth, variant):
+    """The registered head changes where the oldest entry is kept, the
+    registered flags where ``w.ready`` and ``r.valid`` come from; never what
+    either side sees in any cycle."""
     from amaranth.hdl import Module
     m = Module()
     m.submodules.a = a = Queue(8, depth, buffered=False)
-    m.submodules.b = b = Queue(8, depth, buffered=False, registered_head=True)
+    m.submodules.b = b = Queue(8, depth, buffered=False, **{variant: True})
     rng = random.Random(depth)
 
     async def tb(ctx):
@@ -156,6 +159,8 @@ def test_queue_rejects_bad_arguments():
         Queue(0, 4)
     with pytest.raises(ValueError, match=r"registered head is for a fall-through queue"):
         Queue(8, 4, registered_head=True)
+    with pytest.raises(ValueError, match=r"Registered flags are for a plain fall-through queue"):
+        Queue(8, 4, buffered=False, registered_head=True, registered_flags=True)
 
 
 def _run_comb(dut, tb):

@@ -123,7 +123,9 @@ class DescriptorFeeder(wiring.Component):
         w_ready, empty, held = Signal(C), Signal(C), Signal(C)
         heads = []
         for c in range(C):
-            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False)
+            # (its flags are registers: the level's compares, read by ``done``, the
+            # arbiter and ``w.ready``, had stretched the level's own loop on the board)
+            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False, registered_flags=True)
             heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
@@ -145,7 +147,7 @@ class DescriptorFeeder(wiring.Component):
                 q.w.valid.eq(w.valid & (w.p.chan == c)),
                 q.w.payload.eq(w.payload),
                 w_ready[c].eq(q.w.ready),
-                empty[c].eq(q.level == 0),
+                empty[c].eq(~q.r.valid),
                 held[c].eq(offered != 0),
                 # a free slot beyond those the offers will fill; not picked already
                 # (its head leaves the queue only when the pick is pushed)

@@ -1,9 +1,10 @@
 """A typed queue: a synchronous FIFO with stream ports and a payload shape."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["Queue"]
@@ -29,6 +30,13 @@ class Queue(wiring.Component):
         plain fall-through queue, but ``r.payload`` comes from a register,
         not through a LUT-RAM read, for a reader that compares it or fans
         it out; costs one entry's flip-flops.
+    registered_flags : bool
+        With ``buffered=False``: ``w.ready`` and ``r.valid`` come straight
+        from flip-flops of their own, updated with the level, not from
+        compares of it (default False). Same cycles as the plain
+        fall-through queue; for a queue whose readiness fans out far (on the
+        ECP5 board the level's compares were shared between the level's own
+        next state and distant readers, and the placer stretched the loop).
 
     Interface attributes
     --------------------
@@ -40,7 +48,7 @@ class Queue(wiring.Component):
         Entries held.
     """
 
-    def __init__(self, shape, depth, *, buffered=True, registered_head=False):
+    def __init__(self, shape, depth, *, buffered=True, registered_head=False, registered_flags=False):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Queue payload must be at least 1 bit wide, not {shape!r}")
@@ -48,10 +56,14 @@ class Queue(wiring.Component):
             raise ValueError(f"Queue depth must be a positive integer, not {depth!r}")
         if registered_head and buffered:
             raise ValueError("A registered head is for a fall-through queue (buffered=False)")
+        if registered_flags and (buffered or registered_head):
+            raise ValueError("Registered flags are for a plain fall-through queue "
+                             "(buffered=False, registered_head=False)")
         self._shape = shape
         self._depth = depth
         self._buffered = bool(buffered)
         self._registered_head = bool(registered_head)
+        self._registered_flags = bool(registered_flags)
         super().__init__({
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
@@ -63,10 +75,14 @@ class Queue(wiring.Component):
     buffered = property(lambda self: self._buffered, doc="Registered read side.")
     registered_head = property(lambda self: self._registered_head,
                                doc="The oldest entry is held in flip-flops.")
+    registered_flags = property(lambda self: self._registered_flags,
+                                doc="``w.ready`` and ``r.valid`` are flip-flops.")
 
     def elaborate(self, platform):
         if self._registered_head:
             return self._elaborate_registered_head()
+        if self._registered_flags:
+            return self._elaborate_registered_flags()
         m = Module()
         width = Shape.cast(self._shape).width
         fifo_cls = SyncFIFOBuffered if self._buffered else SyncFIFO
@@ -110,4 +126,33 @@ class Queue(wiring.Component):
             m.d.sync += [head.eq(self.w.payload), full.eq(1)]
         with m.Elif(popped):
             m.d.sync += full.eq(0)
+        return m
+
+    def _elaborate_registered_flags(self):
+        """A fall-through FIFO whose not-full and not-empty flags are
+        registers: their next values, like the level's, come from the level
+        and this cycle's push and pop, so nothing outside reads a compare of
+        the level."""
+        m = Module()
+        depth = self._depth
+        m.submodules.mem = mem = Memory(shape=Shape.cast(self._shape).width, depth=depth, init=[])
+        wport, rport = mem.write_port(), mem.read_port(domain="comb")
+        w_ptr, r_ptr = Signal(range(depth)), Signal(range(depth))
+        not_full, not_empty = Signal(init=1), Signal()
+        level = Signal(range(depth + 1))
+        push = self.w.valid & not_full
+        pop = self.r.ready & not_empty
+        m.d.comb += [
+            self.w.ready.eq(not_full), self.r.valid.eq(not_empty), self.level.eq(level),
+            wport.addr.eq(w_ptr), wport.data.eq(self.w.payload), wport.en.eq(push),
+            rport.addr.eq(r_ptr), self.r.payload.eq(rport.data),
+        ]
+        with m.If(push):
+            m.d.sync += w_ptr.eq(Mux(w_ptr == depth - 1, 0, w_ptr + 1))
+        with m.If(pop):
+            m.d.sync += r_ptr.eq(Mux(r_ptr == depth - 1, 0, r_ptr + 1))
+        with m.If(push & ~pop):
+            m.d.sync += [level.eq(level + 1), not_empty.eq(1), not_full.eq(level != depth - 1)]
+        with m.Elif(pop & ~push):
+            m.d.sync += [level.eq(level - 1), not_full.eq(1), not_empty.eq(level != 1)]
         return m
