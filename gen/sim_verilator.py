@@ -18,6 +18,7 @@ optimisation, profiled on the program it is built to run (``run_verilator``).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ import numpy as np
 from gen.hexfile import read_hex_bytes
 from gen.result import RunResult
 from hw.hostport import decode
-from hw.isa import Cause, Status
+from hw.isa import Cause
 from model.errors import InputError
 
 TOP = "reshard_system"
@@ -67,16 +68,20 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
         raise InputError(f"unknown Verilator harness {harness!r}: use one of {', '.join(HARNESSES)}")
     top = tops()["system"]
     cached = EMIT_CACHE / f"{_design_key(arch, bus_bits)}.v"
-    if cached.is_file():
-        design = cached.read_text()
-    else:
-        progress(f"emitting Verilog for {arch.devices} devices, {arch.mem_bytes:,} B memories, "
-                 f"{bus_bits}-bit bus")
-        design = emit(top, EmitParams(arch, bus_bits))
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_text(design)
-        tmp.replace(cached)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    # one emission per design at a time: a second process (a pytest worker, a sweep
+    # task) waits for the first one's file instead of emitting the same again
+    with open(cached.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cached.is_file():
+            design = cached.read_text()
+        else:
+            progress(f"emitting Verilog for {arch.devices} devices, {arch.mem_bytes:,} B memories, "
+                     f"{bus_bits}-bit bus")
+            design = emit(top, EmitParams(arch, bus_bits))
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(design)
+            tmp.replace(cached)
     from gen.module_share import compile_shared_modules_once, share_identical_modules
     from hw.memory import SRAM_VERILOG
     # Verilator compiles each module name on its own: one module per set of identical
