@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gen.compiler import LARGE_PAGES, SHARED_IMEM_WORDS
+from gen.compiler import SHARED_IMEM_WORDS
 from gen.result import RunResult, compare_results, first_difference, run_golden
 from model.errors import InputError
 

@@ -37,10 +37,6 @@ def _align(x: int, a: int = ALIGN) -> int:
     return -(-x // a) * a
 
 
-def _align(x: int, a: int = ALIGN) -> int:
-    return -(-x // a) * a
-
-
 def choose_algorithm(requested: str, op: str, nbytes: int, p: int) -> str:
     """The algorithm for ``op`` on a buffer of ``nbytes`` per rank over ``p`` ranks.
 

@@ -90,7 +90,7 @@ def run_mode(mode: str, a, progress) -> dict:
     t0 = time.perf_counter()
     engine = build_engine(a.model_dir, seed=a.seed, lr=cfg.lr, total_steps=a.steps)
     progress(f"[{mode}] verl FSDPEngineWithLMHead (fsdp2) on {world} ranks ready ({time.perf_counter() - t0:.1f} s)")
-    ws = programs = None
+    ws = None
     fault_step, fault_kind, fault_dev = None, None, 0
     if mode == "hardware":
         if a.fault:

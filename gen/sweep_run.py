@@ -17,7 +17,6 @@ progress bar counts points started and not finished.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket

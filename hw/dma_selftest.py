@@ -19,12 +19,12 @@ so :class:`hw.board.BoardPins` binds it to a board.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .crc import CRC_BITS, Crc32
+from .crc import Crc32
 from .dma import DMA
 from .dma.layouts import DONE_COUNT_BITS, CopyDescriptor
 

@@ -3,10 +3,8 @@ stopped (its whole process group) and reported as not finished, never as a
 figure. The real builds themselves are too long for the test suite
 (``python -m gen bench --only fpga`` runs them)."""
 import os
-import subprocess
 import time
 
-import pytest
 
 from gen.bench import SECTIONS, BenchOptions, run_bench
 from gen.bench_fpga import board_figures, ooc_figures

@@ -1,6 +1,5 @@
 """Compiler + golden model end to end: real tensors in, vLLM shards out."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from gen.asm import assemble
-from gen.sim_amaranth import run_system
 from hw.coprocessor import INSTRUCTION_LAYOUTS, Coprocessor, StatusCode, instruction_layout
 from hw.isa import (FORMATS, ISA_VERSION, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status,
                     encode, reserved_mask)

@@ -437,7 +437,6 @@ def reader_model(g, cmds):
 
 def command_stream(g, rng, n, *, faults=True):
     """Random DATA (some continuing the previous one of their channel), EMPTY and FAULT commands."""
-    B = g.bytes_per_word
     cmds = []
     pos = {}
     for i in range(n):

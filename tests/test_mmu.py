@@ -8,8 +8,7 @@ from amaranth.hdl import Fragment
 
 from hw.isa import ArchParams, Op, encode, ISA_VERSION
 from hw.mmu import MMU, TranslateCause
-from gen.simkit import (TlbModel, mmu_command, rtl_tlb, run_simulation, stream_get,
-                       stream_put)
+from gen.simkit import TlbModel, mmu_command, rtl_tlb, run_simulation, stream_put
 
 ARCH = ArchParams(devices=2, mem_bytes=1 << 16, page_sizes=(1024, 4096, 16384, 65536),
                   tlb_entries=8, contexts=4, addr_bits=20)
@@ -247,7 +246,6 @@ def test_commit_atomic_under_traffic():
                 for k in range(pages)]
 
     async def tb(ctx):
-        model = TlbModel(arch)
         for c in mapping(0):
             await stream_put(ctx, mmu.cmd, mmu_command(**c))
         await stream_put(ctx, mmu.cmd, mmu_command("COMMIT", ctx=0))

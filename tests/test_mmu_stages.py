@@ -14,8 +14,7 @@ from amaranth.hdl import ClockDomain, Module
 
 from gen.simkit import TlbModel, run_simulation, stream_get, stream_put, stream_monitor
 from hw.isa import ArchParams
-from hw.mmu import (PRIORITY_GROUP, CheckStage, CommandUnit, MatchStage, MMU, SelectStage,
-                    TranslateCause)
+from hw.mmu import PRIORITY_GROUP, CheckStage, CommandUnit, MatchStage, MMU, SelectStage
 from gen.simkit import mmu_command
 from tests.test_mmu import random_commands
 

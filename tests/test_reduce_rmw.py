@@ -274,7 +274,7 @@ def test_busy_write_port_admits_what_the_write_queue_holds():
     dut = ReduceOnWrite(addr_width=6, data_width=32)
     limit = 8                    # the adders' capacity (docs/hw.md): 7 stages and a skid entry
     beats = [(k, 0x1000 + k) for k in range(12)]
-    log, consumed, written = [], [], []
+    consumed, written = [], []
 
     async def memory(ctx):
         answer = None

@@ -6,7 +6,7 @@ selection is a two-level multiplexer on the code's bits, built here once.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
