@@ -140,8 +140,9 @@ def _print_critical_path(rep, signals: int = 8) -> None:
               file=sys.stderr, flush=True)
     fe = rep.get("failing_endpoints") or {}
     if fe.get("endpoints"):
-        print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz, in "
-              f"{fe['signals']} signals; the worst (endpoints, ns, signal):", file=sys.stderr)
+        print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz (by "
+              f"{fe['tns_ns']:g} ns in all), in {fe['signals']} signals; the worst (endpoints, ns, "
+              f"signal):", file=sys.stderr)
         for g in fe["worst_signals"][:signals]:
             print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f}  {g['signal']}", file=sys.stderr)
 

@@ -60,12 +60,13 @@ def test_arrival_plus_setup_by_hand():
 def test_summary_groups_by_signal_worst_first():
     s = summarize(SDF, 1000 / 7.0)
     assert (s["worst_ns"], s["fmax_mhz"], s["endpoints"], s["signals"]) == (9.7, 103.09, 2, 2)
+    assert s["tns_ns"] == pytest.approx(2.7 + 0.08)            # each endpoint's miss of 7 ns, summed
     assert [(g["signal"], g["endpoints"], g["worst_ns"]) for g in s["worst_signals"]] == [
         ("top.x.ring", 1, 9.7), ("top.x.b", 1, 7.08)]
     assert s["worst_signals"][1]["worst_path"] == [
         "top.x.a_TRELLIS_FF_Q", "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z",
         "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z", "top.x.b_TRELLIS_FF_Q_2"]
-    assert summarize(SDF, 100)["endpoints"] == 0
+    assert (summarize(SDF, 100)["endpoints"], summarize(SDF, 100)["tns_ns"]) == (0, 0)
 
 
 def test_a_combinational_loop_is_left_out_not_looped_on():
