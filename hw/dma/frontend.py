@@ -7,7 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib import RoundRobin, register_copies
+from ..lib import RoundRobin
 from .layouts import CopyDescriptor, Event, Grant, GrantOp, Slot
 
 __all__ = ["FrontEnd"]
@@ -117,19 +117,14 @@ class FrontEnd(wiring.Component):
         m.d.comb += arb.advance.eq(self.grant.ready)
         with m.If(self.grant.ready):
             m.d.sync += [picked.eq(arb.valid), chan.eq(arb.grant)]
-        # two more copies of the pick: one addresses the ring, one goes out with the
-        # grant (the walker's walk-state memories read at it), so neither LUT RAM
-        # waits on a register stretched over the other's cells (FPGA timing: the
-        # board's walker read was 9.3 ns of routing from the one register)
-        ring_chan, grant_chan = register_copies(m, arb.grant, self.grant.ready, 2, name="chan_copy")
 
         # the grant: the picked channel's head slot
         head_full = Signal()
         m.d.comb += [
-            ring_r.addr.eq(Cat(head.bit_select(ring_chan, 1), ring_chan)),
-            head_full.eq(Cat(*full).bit_select(Cat(head.bit_select(ring_chan, 1), ring_chan), 1)),
+            ring_r.addr.eq(Cat(head.bit_select(chan, 1), chan)),
+            head_full.eq(Cat(*full).bit_select(Cat(head.bit_select(chan, 1), chan), 1)),
             self.grant.valid.eq(picked),
-            self.grant.p.chan.eq(grant_chan),
+            self.grant.p.chan.eq(chan),
             self.grant.p.desc.eq(ring_r.data),
             self.grant.p.op.eq(Mux(walking.bit_select(chan, 1), GrantOp.CHUNK,
                                    Mux(head_full, GrantOp.START, GrantOp.NONE))),
