@@ -300,7 +300,7 @@ def test_compile_options_errors_name_the_option():
 
 
 def test_the_compiler_sizes_for_shared_builds_and_large_models():
-    from gen.api import LARGE_PAGES, SHARED_IMEM_WORDS
+    from gen.compiler import LARGE_PAGES, SHARED_IMEM_WORDS
     exact = compile_reshard(CompileOptions(images=False, shared_build=False)).arch
     shared = compile_reshard(CompileOptions(images=False)).arch
     # memory rounded up to a power of two, instruction memory at least the shared size
