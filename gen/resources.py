@@ -1,4 +1,5 @@
-"""Memory and disk checks before big runs, and the peak memory a run used.
+"""Memory and disk checks before big runs, the peak memory a run used, and
+exclusive use of a cached artifact.
 
 A gigabyte-scale reshard must fail before it starts when the machine cannot
 hold it, with one line saying what is needed and what is free, rather than
@@ -6,6 +7,8 @@ be killed halfway by the kernel or a full disk.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import shutil
 import threading
 from pathlib import Path
@@ -86,3 +89,14 @@ class PeakMemory:
         self._thread.join()
         self.sample()
         return False
+
+
+@contextlib.contextmanager
+def exclusive(lock_path):
+    """Hold an exclusive lock on ``lock_path`` (created if absent) for the
+    ``with`` block: one process at a time builds a cached artifact (a pytest
+    worker, a sweep task); the next one waits, then finds it made. The lock
+    goes with the process, so a killed holder never leaves it taken."""
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

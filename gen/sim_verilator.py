@@ -18,7 +18,6 @@ optimisation, profiled on the program it is built to run (``run_verilator``).
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gen.hexfile import read_hex_bytes
+from gen.resources import exclusive
 from gen.result import RunResult
 from hw.hostport import decode
 from hw.isa import Cause
@@ -71,8 +71,7 @@ def system_sources(arch, bus_bits: int, progress=lambda m: None,
     cached.parent.mkdir(parents=True, exist_ok=True)
     # one emission per design at a time: a second process (a pytest worker, a sweep
     # task) waits for the first one's file instead of emitting the same again
-    with open(cached.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(cached.with_suffix(".lock")):
         if cached.is_file():
             design = cached.read_text()
         else:

@@ -10,7 +10,6 @@ what was built and how long it took.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gen.resources import exclusive
 from gen.verilog import find_cxx, find_verilator, verilator_flags
 from model.errors import InputError
 
@@ -100,8 +100,7 @@ def build_binary(sources: list[tuple[str, str]], top: str, cache: Path = CACHE, 
         return binary, True
     out.parent.mkdir(parents=True, exist_ok=True)
     # one build per key at a time: a second process (a pytest worker, a sweep task) waits for it
-    with open(out.parent / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(out.parent / f".{key}.lock"):
         if binary.is_file():
             return binary, True
         _build(exe, sources, top, flags, key, out, name, jobs, progress, train)

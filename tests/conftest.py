@@ -40,16 +40,15 @@ def _run_root(tmp_path_factory) -> Path:
 
 
 def capture_trace(tmp_path_factory, strategy, world, **kw):
-    import fcntl
     import json
 
+    from gen.resources import exclusive
     from model.capture import capture, read_trace
     opts = "-".join(f"{k}={v}" for k, v in sorted(kw.items())) or "plain"
     d = _run_root(tmp_path_factory) / f"cap-{strategy}-w{world}-{opts}"
     d.mkdir(parents=True, exist_ok=True)
     out = d / "trace.jsonl"
-    with open(d / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(d / ".lock"):
         done = d / "summary.json"
         if not done.is_file():
             summary = capture("tiny-qwen2", strategy, world, out, progress=lambda msg: None,

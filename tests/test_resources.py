@@ -1,10 +1,11 @@
-"""gen.resources: the checks before big runs, and the peak memory of a process tree."""
+"""gen.resources: the checks before big runs, the peak memory of a process tree, the
+exclusive lock on a cached artifact."""
 import subprocess
 import sys
 
 import pytest
 
-from gen.resources import PeakMemory, available_memory, check_disk, check_memory
+from gen.resources import PeakMemory, available_memory, check_disk, check_memory, exclusive
 from model.errors import InputError
 
 
@@ -39,3 +40,16 @@ def test_peak_memory_does_not_count_an_earlier_peak():
     with PeakMemory(interval=0.05) as after:
         pass
     assert after.peak < before.peak - (200 << 20)
+
+
+def test_exclusive_keeps_a_second_process_out_until_released(tmp_path):
+    lock = tmp_path / "artifact.lock"
+    # another process tries the same lock without waiting: refused while held, granted after
+    probe = ("import fcntl, sys\n"
+             "f = open(sys.argv[1], 'w')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n    sys.exit(3)\n")
+    with exclusive(lock):
+        held = subprocess.run([sys.executable, "-c", probe, str(lock)])
+    free = subprocess.run([sys.executable, "-c", probe, str(lock)])
+    assert (held.returncode, free.returncode) == (3, 0)

@@ -47,11 +47,10 @@ def capture_key() -> str:
 
 def prepare(arch, progress=lambda m: None, cache: Path | None = None) -> Path:
     """The path of ``schedule.json`` for ``arch`` (captured and converted on first use)."""
-    import fcntl
+    from gen.resources import exclusive
     out = (cache or CACHE / "capture") / capture_key()
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:        # one capture at a time (pytest workers, parallel runs)
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(out / ".lock"):      # one capture at a time (pytest workers, parallel runs)
         return _prepare(arch, out, progress)
 
 
