@@ -42,7 +42,9 @@ class Translator(wiring.Component):
     against ``halt`` as it stands.
 
     The MMU port's ``tag`` is driven 0 and the response's is ignored:
-    requests are answered in order and one is in flight at a time.
+    requests are answered in order and one is in flight at a time, so
+    ``xlat_rsp.ready`` is always high (a response arrives only while the
+    translator waits for it).
 
     Parameters
     ----------
@@ -164,6 +166,10 @@ class Translator(wiring.Component):
         rsp = Signal.like(self.xlat_rsp.p)
         fill = Signal()
         faulting = Signal()
+        # ready at every edge: with one request in flight a response can only
+        # arrive in RESPONSE. A constant lets synthesis drop the MMU stages'
+        # ready chain (FPGA timing), and the MMU's cycles are the same
+        m.d.comb += self.xlat_rsp.ready.eq(1)
         with m.FSM(name="xlat"):
             with m.State("LOOKUP"):
                 # (a chunk waiting to leave keeps ``emit``: only its own fault
@@ -177,7 +183,6 @@ class Translator(wiring.Component):
                 with m.If(self.xlat_req.ready):
                     m.next = "RESPONSE"
             with m.State("RESPONSE"):
-                m.d.comb += self.xlat_rsp.ready.eq(1)
                 with m.If(self.xlat_rsp.valid):
                     m.d.sync += rsp.eq(self.xlat_rsp.p)
                     m.next = "ANSWER"
