@@ -17,6 +17,47 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# ---- file order: the longest files first, so the two xdist workers (--dist loadfile
+# hands out files in collection order) do not each end on a long file while the other
+# core idles. Longest by the per-file seconds of earlier runs (pytest's cache), else
+# by the count of tests marked slow (a fresh clone; CI)
+_FILE_SECONDS = "reshard/file_seconds"
+_seconds: dict[str, float] = {}
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    known = config.cache.get(_FILE_SECONDS, {}) if config.cache else {}
+    slow, first = {}, {}
+    for k, item in enumerate(items):
+        f = _file_of(item.nodeid)
+        slow[f] = slow.get(f, 0) + (item.get_closest_marker("slow") is not None)
+        first.setdefault(f, k)
+    # whole files, each in its own order, the heaviest first (a file no run has timed:
+    # a minute per slow test)
+    def seconds(f):
+        return known.get(f, 60.0 * slow[f])
+    items.sort(key=lambda it: (-seconds(_file_of(it.nodeid)), first[_file_of(it.nodeid)]))
+
+
+def pytest_runtest_logreport(report):
+    f = _file_of(report.nodeid)
+    _seconds[f] = _seconds.get(f, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # the xdist controller (or a run without workers) sees every test's report; a
+    # partial run updates only its own files
+    config = session.config
+    if _seconds and not hasattr(config, "workerinput") and config.cache:
+        known = config.cache.get(_FILE_SECONDS, {})
+        known.update({f: round(v, 1) for f, v in _seconds.items()})
+        config.cache.set(_FILE_SECONDS, known)
+
+
 @pytest.fixture(scope="session")
 def tiny():
     from model.models import load_model
