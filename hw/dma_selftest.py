@@ -88,7 +88,8 @@ class DmaSelfTest(wiring.Component):
     uart_divisor : int
         Clock cycles per UART bit.
     **dma_kw
-        Passed to :class:`hw.dma.DMA`.
+        Passed to :class:`hw.dma.DMA`; ``ring_scratch`` defaults to off here
+        (the self-test is the iCE40 subset, where the ring is flip-flops).
 
     Interface attributes
     --------------------
@@ -124,7 +125,7 @@ class DmaSelfTest(wiring.Component):
         self._descriptors = packed
         self._desc_layout = layout
         self._expected_crc = expected_crc
-        self.dma = DMA(arch, data_width=WORD_BITS, **dma_kw)
+        self.dma = DMA(arch, data_width=WORD_BITS, **{"ring_scratch": False, **dma_kw})
         self.uart = UartTx(uart_divisor)
         super().__init__({"rerun": In(1), "led_pass": Out(1), "led_fail": Out(1),
                           "tx": Out(1, init=1)})

@@ -56,13 +56,16 @@ def consume(stream, rng, bp, out):
 
 
 # ------------------------------------------------------------------ front-end
-def test_frontend_contract():
+@pytest.mark.parametrize("scratch", [True, False])
+def test_frontend_contract(scratch):
     """Descriptors come out of each channel's slots in order, one START grant
     each; a channel is granted CHUNKs only while it walks, never twice in a
-    row; the grant is stable under back-pressure; a full channel blocks."""
+    row; the grant is stable under back-pressure; a full channel blocks (with
+    the scratch half, the descriptors it refuses are written there, never
+    over a slot)."""
     rng = random.Random(1)
     g = geometry()
-    dut = FrontEnd(g)
+    dut = FrontEnd(g, scratch=scratch)
     C = g.channels
     descs = {c: [dict(chan=c, ctx=c, tag=100 * c + i, src=0x100 * i + c, dst=0x40 * i,
                       row_bytes=8 + i, rows=1 + i % 3, src_stride=16, dst_stride=32)

@@ -34,6 +34,16 @@ class FrontEnd(wiring.Component):
     Parameters
     ----------
     geometry : :class:`DmaGeometry`
+    scratch : bool
+        Give the ring a scratch half (twice the slots: free in a 16-entry LUT
+        RAM up to 4 channels) and write every offered descriptor, into its
+        channel's tail slot when there is room, else into the scratch half
+        (a halted channel's dropped descriptor goes to its tail slot, dead
+        until the channel is cleared). The ring's write enable is then the
+        producer's ``valid``, a flip-flop, not the slot-state logic: that
+        enable drives every LUT RAM column (FPGA timing). Taking, the slots
+        and the cycles are the same either way. Without LUT RAM (iCE40) the
+        scratch half would be flip-flops: leave it off there.
 
     Interface attributes
     --------------------
@@ -53,8 +63,11 @@ class FrontEnd(wiring.Component):
         one is free (from registers only, so a producer can choose by it).
     """
 
-    def __init__(self, geometry):
+    def __init__(self, geometry, *, scratch=True):
+        if not isinstance(scratch, bool):
+            raise TypeError(f"Scratch must be a bool, not {scratch!r}")
         g = self._g = geometry
+        self._scratch = scratch
         super().__init__({
             "desc": In(stream.Signature(CopyDescriptor(g.arch, g.channels))),
             "grant": Out(stream.Signature(Grant(g))),
@@ -64,10 +77,15 @@ class FrontEnd(wiring.Component):
             "free_slots": Out(range(3)).array(g.channels),
         })
 
+    scratch = property(lambda self: self._scratch, doc="The ring has a scratch half.")
+
     def elaborate(self, platform):
         m = Module()
         C = self._g.channels
-        m.submodules.ring = ring = Memory(shape=Slot(self._g), depth=2 * C, init=[])
+        dp = self.desc.p
+        # slot addresses are Cat(slot, chan); the scratch half has the bit above them set
+        depth = 4 << len(dp.chan) if self._scratch else 2 * C
+        m.submodules.ring = ring = Memory(shape=Slot(self._g), depth=depth, init=[])
         ring_w = ring.write_port()
         ring_r = ring.read_port(domain="comb")
         m.submodules.arbiter = arb = RoundRobin(C)
@@ -82,7 +100,7 @@ class FrontEnd(wiring.Component):
         # descriptors in: per channel, "its tail slot is free" and "it takes a
         # descriptor now" are a LUT of flip-flops each, so ``desc.chan`` (an
         # input, late) only picks one of them for the ring's wide write enable
-        dp = self.desc.p
+        # (with the scratch half: for one write address bit)
         room = Signal(C)               # per channel: its tail slot is free
         ok = Signal(C)                 # per channel: room and not halted
         take = Signal()                # the descriptor goes into the ring
@@ -90,17 +108,21 @@ class FrontEnd(wiring.Component):
             m.d.comb += [room[c].eq(~full[c].bit_select(tail[c], 1)),
                          ok[c].eq(room[c] & ~self.halt[c])]
         m.d.comb += self.desc.ready.eq(1)   # a channel number past the last: dropped
+        fits = Signal()                # the descriptor's channel has room (0 past the last)
         with m.Switch(dp.chan):
             for c in range(C):
                 with m.Case(c):
                     m.d.comb += [self.desc.ready.eq(self.halt[c] | room[c]),
-                                 take.eq(self.desc.valid & ok[c])]
-        m.d.comb += ring_w.en.eq(take)
+                                 take.eq(self.desc.valid & ok[c]), fits.eq(room[c])]
+        slot = Cat(tail.bit_select(dp.chan, 1), dp.chan)
+        if self._scratch:
+            m.d.comb += [ring_w.en.eq(self.desc.valid), ring_w.addr.eq(Cat(slot, ~fits))]
+        else:
+            m.d.comb += [ring_w.en.eq(take), ring_w.addr.eq(slot)]
         for c in range(C):
             with m.If(take & (dp.chan == c)):
                 m.d.sync += [full[c].bit_select(tail[c], 1).eq(1), tail[c].eq(~tail[c])]
         m.d.comb += [
-            ring_w.addr.eq(Cat(tail.bit_select(dp.chan, 1), dp.chan)),
             ring_w.data.ctx.eq(dp.ctx), ring_w.data.tag.eq(dp.tag),
             ring_w.data.src0.eq(dp.src - dp.src_stride),
             ring_w.data.dst0.eq(dp.dst - dp.dst_stride),

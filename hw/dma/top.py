@@ -52,6 +52,10 @@ class DMA(wiring.Component):
         does not use tags (it drives 0 and ignores the response's); a
         non-zero width only lets the port connect to an MMU built with
         ``tag_width`` of the same value.
+    ring_scratch : bool
+        The descriptor ring's scratch half (:class:`FrontEnd`'s ``scratch``;
+        default on: free in LUT RAM up to 4 channels; off where memories
+        become flip-flops, as on the iCE40).
 
     Interface attributes
     --------------------
@@ -89,7 +93,7 @@ class DMA(wiring.Component):
     """
 
     def __init__(self, arch, *, data_width=32, channels=None, outstanding=8, burst_len=16,
-                 ack_limit=255, xlat_tag_width=0):
+                 ack_limit=255, xlat_tag_width=0, ring_scratch=True):
         if not isinstance(arch, ArchParams):
             raise TypeError(f"arch must be an ArchParams, not {arch!r}")
         check_bus_width(data_width)
@@ -110,7 +114,10 @@ class DMA(wiring.Component):
         self._arch = arch
         self._outstanding = outstanding
         self._ack_limit = ack_limit
+        if not isinstance(ring_scratch, bool):
+            raise TypeError(f"Ring scratch must be a bool, not {ring_scratch!r}")
         self._xlat_tag_width = xlat_tag_width
+        self._ring_scratch = ring_scratch
         g = self._geometry = DmaGeometry(arch, data_width=data_width, channels=channels,
                                          burst_len=burst_len)
         super().__init__({
@@ -135,6 +142,8 @@ class DMA(wiring.Component):
                          doc="Maximum chunk length in beats.")
     ack_limit = property(lambda self: self._ack_limit, doc="Unacknowledged beats per channel.")
     xlat_tag_width = property(lambda self: self._xlat_tag_width, doc="MMU port tag width.")
+    ring_scratch = property(lambda self: self._ring_scratch,
+                            doc="The descriptor ring has a scratch half.")
     mem_addr_width = property(lambda self: self._geometry.mem_addr_width,
                               doc="Word address width.")
     geometry = property(lambda self: self._geometry, doc="Widths shared by the stages.")
@@ -142,7 +151,7 @@ class DMA(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self._geometry
-        m.submodules.front = front = FrontEnd(g)
+        m.submodules.front = front = FrontEnd(g, scratch=self._ring_scratch)
         m.submodules.walker = walker = Walker(g)
         m.submodules.chunks = chunks = Queue(Chunk(g), CHUNK_DEPTH)
         m.submodules.xlat = xlat = Translator(g, tag_width=self._xlat_tag_width)
