@@ -423,6 +423,37 @@ def test_sync_unit_signal_wait_fence_halt():
     assert stops == [(1, StatusCode.HALTED.value, CauseCode.NONE.value)]
 
 
+@pytest.mark.parametrize("delay", range(6))
+def test_sync_unit_counts_a_signal_that_arrives_as_a_wait_takes(delay):
+    """A signal for a WAIT's semaphore arriving in any cycle around the WAIT's
+    retire (one of these is the very edge it subtracts at) is counted: the
+    semaphore ends at the signals received less the count."""
+    dut = SyncUnit(ARCH)
+    retired = []
+
+    async def tb(ctx):
+        ctx.set(dut.step, 1)
+        ctx.set(dut.done, (1 << ARCH.channels) - 1)
+        for _ in range(2):
+            await stream_put(ctx, dut.sig_in, 1)
+        ctx.set(dut.insn.valid, 1)
+        ctx.set(dut.insn.p, unit_insn_of(encode(Op.WAIT, sem=1, count=2)))
+        for cycle in range(8):
+            ctx.set(dut.sig_in.valid, cycle == delay)
+            ctx.set(dut.sig_in.p, 1)
+            _, _, taken = await ctx.tick().sample(dut.insn.ready)
+            if taken:
+                retired.append(cycle)
+                ctx.set(dut.insn.valid, 0)
+        ctx.set(dut.sig_in.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.semaphores[1]) == 2 + 1 - 2
+        assert ctx.get(dut.semaphores[0]) == 0
+
+    run_simulation(dut, [tb])
+    assert len(retired) == 1
+
+
 # ------------------------------------------------------------------ MMU command unit
 def test_mmu_command_unit_sends_commands_and_checks_commit():
     rng = random.Random(8)

@@ -136,16 +136,23 @@ class SyncUnit(wiring.Component):
         # semaphores: +1 per incoming signal (saturating), -count per retiring
         # WAIT; both results are ready before the (late) retire decision picks one.
         # A retiring WAIT's count and semaphore are the registered ones: the
-        # decoded instruction does not reach the semaphores' adders.
+        # decoded instruction does not reach the semaphores' adders. Every sum
+        # is made from registers, with and without the incoming signal, and the
+        # signal (from the interconnect, far away) only selects among them: it
+        # never enters a carry chain
         top = (1 << semaphore_shape().width) - 1
         m.d.comb += self.sig_in.ready.eq(1)
         for s, val in enumerate(self.semaphores):
             inc = self.sig_in.valid & (self.sig_in.p == s)
-            grown = Mux(inc & (val != top), val + 1, val)
+            up = Signal.like(val, name=f"up{s}")
+            m.d.comb += up.eq(val + 1)
+            grown = Mux(inc & (val != top), up, val)
             # the WAIT checked val >= count, and val has not dropped since: no
             # borrow, and with count >= 1 no saturation either
+            taken, taken_up = Signal.like(val, name=f"taken{s}"), Signal.like(val, name=f"taken_up{s}")
+            m.d.comb += [taken.eq(val - held[s]), taken_up.eq(up - held[s])]
             waited = Signal.like(val, name=f"waited{s}")
-            m.d.comb += waited.eq(val + inc - held[s])
+            m.d.comb += waited.eq(Mux(inc, taken_up, taken))
             here = Signal(name=f"wait_here{s}")
             m.d.comb += here.eq(at[s] & (held[s] != 0))
             with m.If(self.restart):
