@@ -30,7 +30,8 @@ def _file_of(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    known = config.cache.get(_FILE_SECONDS, {}) if config.cache else {}
+    cache = getattr(config, "cache", None)        # absent with -p no:cacheprovider
+    known = cache.get(_FILE_SECONDS, {}) if cache else {}
     slow, first = {}, {}
     for k, item in enumerate(items):
         f = _file_of(item.nodeid)
@@ -52,10 +53,11 @@ def pytest_sessionfinish(session, exitstatus):
     # the xdist controller (or a run without workers) sees every test's report; a
     # partial run updates only its own files
     config = session.config
-    if _seconds and not hasattr(config, "workerinput") and config.cache:
-        known = config.cache.get(_FILE_SECONDS, {})
+    cache = getattr(config, "cache", None)
+    if _seconds and not hasattr(config, "workerinput") and cache:
+        known = cache.get(_FILE_SECONDS, {})
         known.update({f: round(v, 1) for f, v in _seconds.items()})
-        config.cache.set(_FILE_SECONDS, known)
+        cache.set(_FILE_SECONDS, known)
 
 
 @pytest.fixture(scope="session")
