@@ -253,7 +253,9 @@ class Interconnect(wiring.Component):
         busy = []
         for j in range(D):
             # requests: one queue per (source, destination) pair, no head-of-line blocking
-            port = OutputPort(self._request, D, stamp="src", urgent=("kind", "op"))
+            # (``sem`` too: a signal's semaphore number selects which semaphore
+            # counts it, in the same cycle, at the far end of the device)
+            port = OutputPort(self._request, D, stamp="src", urgent=("kind", "op", "sem"))
             m.submodules[f"req_port{j}"] = port
             for i in range(D):
                 wiring.connect(m, wiring.flipped(self.req_in[i][j]), port.i[i])

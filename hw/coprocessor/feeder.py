@@ -186,8 +186,11 @@ class DescriptorFeeder(wiring.Component):
         of (with both entries full, the younger one counts for every channel:
         a channel is then never done too early)."""
         C = self._arch.channels
-        # (a few hundred bits: four groups, so no control flip-flop drives every enable)
-        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True, groups=4)
+        # (a few hundred bits: four groups, so no control flip-flop drives every enable;
+        # ``chan`` picks the queue whose write enable it drives: it reads a copy of the
+        # read pointer of its own, not the one selecting a quarter of the payload)
+        m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True, groups=4,
+                                                       urgent=("chan",))
         wiring.connect(m, wiring.flipped(self.w), w_slice.i)
         m.d.comb += w_slice.flush.eq(self.flush)
         w = w_slice.o
