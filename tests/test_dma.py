@@ -268,12 +268,15 @@ def test_constructor_errors():
         DMA(ARCH, data_width=256, burst_len=64)
     with pytest.raises(ValueError, match=r"Ack limit must be an integer in 1\.\.65535, not 0"):
         DMA(ARCH, ack_limit=0)
+    with pytest.raises(TypeError, match=r"Ring scratch must be a bool, not 1"):
+        DMA(ARCH, ring_scratch=1)
 
 
 def test_properties():
     d = DMA(ARCH, data_width=64, channels=5, outstanding=6, burst_len=8)
     assert (d.data_width, d.channels, d.outstanding, d.burst_len) == (64, 5, 6, 8)
     assert d.mem_addr_width == 13
+    assert d.ring_scratch and not DMA(ARCH, ring_scratch=False).ring_scratch
     with pytest.raises(AttributeError):
         d.channels = 3
 

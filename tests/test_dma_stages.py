@@ -56,15 +56,15 @@ def consume(stream, rng, bp, out):
 
 
 # ------------------------------------------------------------------ front-end
-@pytest.mark.parametrize("scratch", [True, False])
-def test_frontend_contract(scratch):
+@pytest.mark.parametrize("scratch, channels", [(True, 4), (False, 4), (True, 3)])
+def test_frontend_contract(scratch, channels):
     """Descriptors come out of each channel's slots in order, one START grant
     each; a channel is granted CHUNKs only while it walks, never twice in a
     row; the grant is stable under back-pressure; a full channel blocks (with
     the scratch half, the descriptors it refuses are written there, never
     over a slot)."""
     rng = random.Random(1)
-    g = geometry()
+    g = geometry(channels=channels)
     dut = FrontEnd(g, scratch=scratch)
     C = g.channels
     descs = {c: [dict(chan=c, ctx=c, tag=100 * c + i, src=0x100 * i + c, dst=0x40 * i,
@@ -76,6 +76,8 @@ def test_frontend_contract(scratch):
 
     async def feeder(ctx):
         queues = {c: list(v) for c, v in descs.items()}
+        if C & (C - 1):       # a channel number past the last: taken and dropped
+            await stream_put(ctx, dut.desc, dict(descs[0][0], chan=C, tag=999))
         while queues:
             c = rng.choice(sorted(queues))
             await stream_put(ctx, dut.desc, queues[c].pop(0), rng=rng, idle_prob=0.3)

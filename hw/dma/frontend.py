@@ -35,8 +35,8 @@ class FrontEnd(wiring.Component):
     ----------
     geometry : :class:`DmaGeometry`
     scratch : bool
-        Give the ring a scratch half (twice the slots: free in a 16-entry LUT
-        RAM up to 4 channels) and write every offered descriptor, into its
+        Give the ring a scratch half (twice the slot addresses: free in a
+        16-entry LUT RAM up to 4 channels) and write every offered descriptor, into its
         channel's tail slot when there is room, else into the scratch half
         (a halted channel's dropped descriptor goes to its tail slot, dead
         until the channel is cleared). The ring's write enable is then the

@@ -111,11 +111,11 @@ class DMA(wiring.Component):
             raise ValueError(f"Ack limit must be an integer in 1..65535, not {ack_limit!r}")
         if not isinstance(xlat_tag_width, int) or not 0 <= xlat_tag_width <= 16:
             raise ValueError(f"Tag width must be an integer in 0..16, not {xlat_tag_width!r}")
+        if not isinstance(ring_scratch, bool):
+            raise TypeError(f"Ring scratch must be a bool, not {ring_scratch!r}")
         self._arch = arch
         self._outstanding = outstanding
         self._ack_limit = ack_limit
-        if not isinstance(ring_scratch, bool):
-            raise TypeError(f"Ring scratch must be a bool, not {ring_scratch!r}")
         self._xlat_tag_width = xlat_tag_width
         self._ring_scratch = ring_scratch
         g = self._geometry = DmaGeometry(arch, data_width=data_width, channels=channels,
