@@ -135,7 +135,7 @@ class NetworkPort(wiring.Component):
       :class:`~hw.reduce.ReduceOnWrite` (reading through ``reduce_rd``,
       writing through ``reduce_w``) and are acknowledged when their sum is
       written (a plain write waits while a sum is offered); SIGNALs go to
-      ``sig_in``.
+      ``sig_in`` a cycle later, through a register.
 
     Parameters
     ----------
@@ -162,7 +162,8 @@ class NetworkPort(wiring.Component):
         To the DMA, which takes one every cycle.
     sig : ``In(stream.Signature(SignalMessage(arch)))``
     sig_in : ``Out(stream.Signature(sem bits))``
-        To the coprocessor (always ready).
+        To the coprocessor, which must always be ready: a signal leaves a
+        register a cycle after it arrived, and is not held.
     local_w, remote_w, reduce_w : ``Out(WritePortSignature(...))``
         Memory write ports (ready low while a shared write port serves
         another writer).
@@ -171,7 +172,8 @@ class NetworkPort(wiring.Component):
     net_out, net_in, ack_out, ack_in
         As the :class:`Device`'s.
     idle : ``Out(1)``
-        Every outgoing queue is empty.
+        Every outgoing queue is empty and no signal is on its way to the
+        coprocessor.
     """
 
     def __init__(self, arch, *, local_dev, data_width, net_depth, ack_depth,
@@ -248,8 +250,7 @@ class NetworkPort(wiring.Component):
         written = Signal()                       # a local beat entered memory
         m.d.comb += [written.eq(into_mem.valid & into_mem.ready),
                      wr.ready.eq(Mux(plain_here, into_mem.ready, beat_room)),
-                     self.sig.ready.eq(~remote & sig_room),
-                     self.idle.eq(empty.all())]
+                     self.sig.ready.eq(~remote & sig_room)]
         # acks to the DMA: a local beat's at once, else a remote one's
         m.submodules.acks_in = acks = Queue(len(self.ack_in.p.chan), self._ack_depth)
         m.d.comb += [acks.w.valid.eq(self.ack_in.valid), acks.w.payload.eq(self.ack_in.p.chan),
@@ -264,14 +265,16 @@ class NetworkPort(wiring.Component):
             m.d.sync += [self.wr_ack.valid.eq(ack_valid), self.wr_ack.p.eq(ack_chan)]
         else:
             m.d.comb += [self.wr_ack.valid.eq(ack_valid), self.wr_ack.p.eq(ack_chan)]
-        self._incoming(m, nin)
+        arriving = self._incoming(m, nin)
+        m.d.comb += self.idle.eq(empty.all() & ~arriving)
         return m
 
 
     def _incoming(self, m, nin):
         """Incoming messages: plain writes into memory, acked when accepted;
         reduce beats through the reduce-on-write unit, acked when written;
-        signals to the coprocessor."""
+        signals to the coprocessor, through a register. Returns that
+        register's valid (a signal on its way)."""
         m.submodules.acks_out = acks_out = Queue(self._ack, HANDOFF_DEPTH)
         wiring.connect(m, acks_out.r, wiring.flipped(self.ack_out))
         dev_w = len(nin.p.src)
@@ -304,10 +307,16 @@ class NetworkPort(wiring.Component):
             acks_out.w.valid.eq(summed | (plain & self.remote_w.ready)),
             acks_out.w.p.dst.eq(Mux(summed, rmw.wr_user[:dev_w], nin.p.src)),
             acks_out.w.p.chan.eq(Mux(summed, rmw.wr_user[dev_w:], nin.p.chan)),
-            self.sig_in.valid.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem),
-            nin.ready.eq(Mux(is_write, Mux(is_reduce, rmw.i.ready, plain & self.remote_w.ready),
-                             self.sig_in.ready)),
+            nin.ready.eq(~is_write | Mux(is_reduce, rmw.i.ready, plain & self.remote_w.ready)),
         ]
+        # a SIGNAL reaches the coprocessor from a register, a cycle later: the
+        # interconnect is across the die, and the semaphores' update would
+        # otherwise share a cycle with that route (the coprocessor always takes
+        # it, so the register never holds one back)
+        arriving = Signal()
+        m.d.sync += [arriving.eq(nin.valid & ~is_write), self.sig_in.p.eq(nin.p.sem)]
+        m.d.comb += self.sig_in.valid.eq(arriving)
+        return arriving
 
 
 class Device(wiring.Component):
