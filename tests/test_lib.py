@@ -91,7 +91,8 @@ def test_round_robin_rejects_bad_count():
 
 
 @pytest.mark.parametrize("buffered,registered_head,registered_flags",
-                         [(True, False, False), (False, False, False), (False, True, False), (False, False, True)])
+                         [(True, False, False), (False, False, False), (False, True, False), (False, False, True),
+                          (True, False, True)])
 @pytest.mark.parametrize("depth", [1, 2, 5])
 def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head, registered_flags):
     layout = data.StructLayout({"a": 5, "b": 3})
@@ -116,16 +117,18 @@ def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head,
     assert max(levels) <= depth
 
 
-@pytest.mark.parametrize("variant", ["registered_head", "registered_flags"])
+@pytest.mark.parametrize("buffered,variant", [(False, "registered_head"), (False, "registered_flags"),
+                                              (True, "registered_flags")])
 @pytest.mark.parametrize("depth", [1, 2, 3, 8])
-def test_queue_variants_match_fall_through_cycle_for_cycle(depth, variant):
+def test_queue_variants_match_plain_queue_cycle_for_cycle(depth, buffered, variant):
     """The registered head changes where the oldest entry is kept, the
     registered flags where ``w.ready`` and ``r.valid`` come from; never what
-    either side sees in any cycle."""
+    either side sees in any cycle (against the plain queue of the same
+    ``buffered``: Amaranth's ``SyncFIFO`` or ``SyncFIFOBuffered``)."""
     from amaranth.hdl import Module
     m = Module()
-    m.submodules.a = a = Queue(8, depth, buffered=False)
-    m.submodules.b = b = Queue(8, depth, buffered=False, **{variant: True})
+    m.submodules.a = a = Queue(8, depth, buffered=buffered)
+    m.submodules.b = b = Queue(8, depth, buffered=buffered, **{variant: True})
     rng = random.Random(depth)
 
     async def tb(ctx):
@@ -159,7 +162,7 @@ def test_queue_rejects_bad_arguments():
         Queue(0, 4)
     with pytest.raises(ValueError, match=r"registered head is for a fall-through queue"):
         Queue(8, 4, registered_head=True)
-    with pytest.raises(ValueError, match=r"Registered flags are for a plain fall-through queue"):
+    with pytest.raises(ValueError, match=r"Registered flags are for a queue without a registered head"):
         Queue(8, 4, buffered=False, registered_head=True, registered_flags=True)
 
 

@@ -153,7 +153,8 @@ class DMA(wiring.Component):
         g = self._geometry
         m.submodules.front = front = FrontEnd(g, scratch=self._ring_scratch)
         m.submodules.walker = walker = Walker(g)
-        m.submodules.chunks = chunks = Queue(Chunk(g), CHUNK_DEPTH)
+        # (its ready from a flip-flop: the walker's every stage advances on it)
+        m.submodules.chunks = chunks = Queue(Chunk(g), CHUNK_DEPTH, registered_flags=True)
         m.submodules.xlat = xlat = Translator(g, tag_width=self._xlat_tag_width)
         m.submodules.cmds = cmds = Queue(Command(g), CMD_DEPTH, buffered=False)
         m.submodules.reader = reader = Reader(g, outstanding=self._outstanding)

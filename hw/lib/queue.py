@@ -31,12 +31,14 @@ class Queue(wiring.Component):
         not through a LUT-RAM read, for a reader that compares it or fans
         it out; costs one entry's flip-flops.
     registered_flags : bool
-        With ``buffered=False``: ``w.ready`` and ``r.valid`` come straight
-        from flip-flops of their own, updated with the level, not from
-        compares of it (default False). Same cycles as the plain
-        fall-through queue; for a queue whose readiness fans out far (on the
-        ECP5 board the level's compares were shared between the level's own
+        ``w.ready`` and ``r.valid`` come straight from flip-flops of their
+        own, updated with the level, not from compares of it (default
+        False; not with ``registered_head``). Same cycles as the queue
+        without it; for a queue whose readiness fans out far (on the ECP5
+        board the level's compares were shared between the level's own
         next state and distant readers, and the placer stretched the loop).
+        A buffered queue's ``r.valid`` is a flip-flop already; its
+        ``w.ready`` becomes one.
 
     Interface attributes
     --------------------
@@ -56,9 +58,8 @@ class Queue(wiring.Component):
             raise ValueError(f"Queue depth must be a positive integer, not {depth!r}")
         if registered_head and buffered:
             raise ValueError("A registered head is for a fall-through queue (buffered=False)")
-        if registered_flags and (buffered or registered_head):
-            raise ValueError("Registered flags are for a plain fall-through queue "
-                             "(buffered=False, registered_head=False)")
+        if registered_flags and registered_head:
+            raise ValueError("Registered flags are for a queue without a registered head")
         self._shape = shape
         self._depth = depth
         self._buffered = bool(buffered)
@@ -81,7 +82,9 @@ class Queue(wiring.Component):
     def elaborate(self, platform):
         if self._registered_head:
             return self._elaborate_registered_head()
-        if self._registered_flags:
+        if self._registered_flags and self._buffered and self._depth > 1:
+            return self._elaborate_buffered_registered_ready()
+        if self._registered_flags and not self._buffered:
             return self._elaborate_registered_flags()
         m = Module()
         width = Shape.cast(self._shape).width
@@ -155,4 +158,37 @@ class Queue(wiring.Component):
             m.d.sync += [level.eq(level + 1), not_empty.eq(1), not_full.eq(level != depth - 1)]
         with m.Elif(pop & ~push):
             m.d.sync += [level.eq(level - 1), not_full.eq(1), not_empty.eq(level != 1)]
+        return m
+
+    def _elaborate_buffered_registered_ready(self):
+        """A buffered queue as ``SyncFIFOBuffered`` builds it (a FIFO of
+        ``depth - 1`` read through its memory's register, then the output
+        register), with ``w.ready`` a flip-flop updated with the FIFO's
+        level instead of a compare of it. (A buffered queue of one entry
+        has no FIFO: its ``w.ready`` is its level's flip-flop already.)"""
+        m = Module()
+        inner = self._depth - 1
+        m.submodules.mem = mem = Memory(shape=Shape.cast(self._shape).width, depth=inner, init=[])
+        wport, rport = mem.write_port(), mem.read_port()
+        produce, consume = Signal(range(inner)), Signal(range(inner))
+        inner_level = Signal(range(inner + 1))
+        not_full, out_valid = Signal(init=1), Signal()
+        push = self.w.valid & not_full
+        refill = (inner_level != 0) & (~out_valid | self.r.ready)    # the FIFO's head moves out
+        m.d.comb += [
+            self.w.ready.eq(not_full), self.r.valid.eq(out_valid), self.r.payload.eq(rport.data),
+            self.level.eq(inner_level + out_valid),
+            wport.addr.eq(produce), wport.data.eq(self.w.payload), wport.en.eq(push),
+            rport.addr.eq(consume), rport.en.eq(refill),
+        ]
+        with m.If(push):
+            m.d.sync += produce.eq(Mux(produce == inner - 1, 0, produce + 1))
+        with m.If(refill):
+            m.d.sync += [consume.eq(Mux(consume == inner - 1, 0, consume + 1)), out_valid.eq(1)]
+        with m.Elif(self.r.ready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(push & ~refill):
+            m.d.sync += [inner_level.eq(inner_level + 1), not_full.eq(inner_level != inner - 1)]
+        with m.Elif(refill & ~push):
+            m.d.sync += [inner_level.eq(inner_level - 1), not_full.eq(1)]
         return m
