@@ -339,8 +339,9 @@ def test_inflight_ring(depth, push_probe):
     """Random pushes and pops (never past full or empty, pushes and pops in
     one cycle included) against a deque; ``hit`` for a probe loaded at
     random edges (with pushes and pops at the same edge), with and without
-    the oldest entry skipped. With ``push_probe`` a push adds the probe
-    held in that cycle (``push_addr`` is random and ignored)."""
+    the oldest entry skipped; the probe loaded from either candidate
+    (``load_alt``). With ``push_probe`` a push adds the probe held in that
+    cycle (``push_addr`` is random and ignored)."""
     from collections import deque
     dut = InFlight(depth, 3, push_probe=push_probe)
     assert dut.push_probe == push_probe
@@ -352,13 +353,17 @@ def test_inflight_ring(depth, push_probe):
         for _ in range(400):
             pop = bool(held) and rng.random() < 0.5
             push = (len(held) < depth or pop) and rng.random() < 0.6
-            addr, probe, skip = rng.randrange(8), rng.randrange(8), rng.random() < 0.5
+            addr, skip = rng.randrange(8), rng.random() < 0.5
+            main, alt, use_alt = rng.randrange(8), rng.randrange(8), rng.random() < 0.5
+            probe = alt if use_alt else main
             load = rng.random() < 0.5
             ctx.set(dut.push, push)
             ctx.set(dut.push_addr, addr)
             ctx.set(dut.pop, pop)
             ctx.set(dut.load, load)
-            ctx.set(dut.load_addr, probe)
+            ctx.set(dut.load_addr, main)
+            ctx.set(dut.load_alt, use_alt)
+            ctx.set(dut.load_alt_addr, alt)
             ctx.set(dut.skip_oldest, skip)
             want = held_probe in (list(held)[1:] if skip else list(held))
             if ctx.get(dut.hit) != want:

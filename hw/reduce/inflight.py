@@ -15,7 +15,9 @@ class InFlight(wiring.Component):
 
     ``push`` adds ``push_addr`` at the clock edge; ``pop`` removes the
     oldest (both in one cycle on a full ring reuse its slot). ``load``
-    makes ``load_addr`` the probe at the clock edge. ``hit``: some held
+    makes ``load_addr`` the probe at the clock edge (``load_alt_addr``
+    while ``load_alt`` is high: a caller choosing between two candidates
+    lets this ring compare both and choose after). ``hit``: some held
     address equals ``probe``, not counting the oldest while ``skip_oldest``
     is high (the caller takes that one's value from the pipeline's output
     instead).
@@ -46,6 +48,8 @@ class InFlight(wiring.Component):
     pop : ``In(1)``
     load : ``In(1)``
     load_addr : ``In(addr_width)``
+    load_alt : ``In(1)``
+    load_alt_addr : ``In(addr_width)``
     skip_oldest : ``In(1)``
     probe : ``Out(addr_width)``
         The held probe address.
@@ -59,6 +63,7 @@ class InFlight(wiring.Component):
         self._push_probe = bool(push_probe)
         super().__init__({"push": In(1), "push_addr": In(addr_width), "pop": In(1),
                           "load": In(1), "load_addr": In(addr_width),
+                          "load_alt": In(1), "load_alt_addr": In(addr_width),
                           "skip_oldest": In(1), "probe": Out(addr_width), "hit": Out(1)})
 
     depth = property(lambda self: self._depth, doc="Number of entries.")
@@ -80,17 +85,22 @@ class InFlight(wiring.Component):
             valid[k] & match[k] & ~(self.skip_oldest & (head == k))
             for k in range(n)]).any())
         with m.If(self.load):
-            m.d.sync += self.probe.eq(self.load_addr)
-        # next cycle's match bits: all four (entry, probe) pairings compared
-        # from registers and load_addr; push and load only select
+            m.d.sync += self.probe.eq(Mux(self.load_alt, self.load_alt_addr, self.load_addr))
+        # next cycle's match bits: every (entry, probe) pairing compared from
+        # registers and both load candidates; push, load and load_alt only select
         pushed = self.probe if self._push_probe else self.push_addr
-        pushed_new = Signal()                # pushed == load_addr
+
+        def equals_new(value, name):
+            # value == the probe loaded at this edge: both candidates compared
+            main, alt = Signal(name=f"{name}_main"), Signal(name=f"{name}_alt")
+            m.d.comb += [main.eq(value == self.load_addr), alt.eq(value == self.load_alt_addr)]
+            return Mux(self.load_alt, alt, main)
+
+        pushed_new = equals_new(pushed, "pushed_new")
         pushed_held = Signal()               # pushed == probe
-        m.d.comb += [pushed_new.eq(pushed == self.load_addr),
-                     pushed_held.eq(1 if self._push_probe else pushed == self.probe)]
+        m.d.comb += pushed_held.eq(1 if self._push_probe else pushed == self.probe)
         for k in range(n):
-            kept_new = Signal(name=f"kept_new{k}")                 # addr[k] == load_addr
-            m.d.comb += kept_new.eq(addr[k] == self.load_addr)
+            kept_new = equals_new(addr[k], f"kept_new{k}")
             into_k = self.push & (tail == k)
             m.d.sync += match[k].eq(Mux(self.load, Mux(into_k, pushed_new, kept_new),
                                         Mux(into_k, pushed_held, match[k])))

@@ -311,7 +311,9 @@ class ReduceOnWrite(wiring.Component):
             inflight.push.eq(consume), inflight.push_addr.eq(0),
             inflight.pop.eq(written),
             inflight.load.eq(consume | empty),
-            inflight.load_addr.eq(Mux(several, next_addr, new.p.addr)),
+            # (the ring compares both candidates: ``several`` chooses after)
+            inflight.load_addr.eq(new.p.addr),
+            inflight.load_alt.eq(several), inflight.load_alt_addr.eq(next_addr),
             inflight.skip_oldest.eq(0),
         ]
         head = Array(entry)[head_at]
