@@ -1,7 +1,7 @@
 """Decode: the illegal-instruction checks, in ``model/golden.py``'s order."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -72,11 +72,18 @@ _RULE_CAUSE = {"address": Cause.ADDRESS_WIDTH, "aligned": Cause.MISALIGNED,
 
 class Checked(data.StructLayout):
     """A fetched instruction with the result of every first-stage check of every
-    opcode (``fails.<op>``: bit *k* is check *k* of :func:`_early_checks`)."""
+    opcode (``fails.<op>``: bit *k* is check *k* of :func:`_early_checks`), and
+    what the second stage decides with, worked out from the word and ``pc``
+    here so that it starts from flip-flops: ``is_op.<op>`` (the opcode is
+    ``op``), ``clean.<op>`` (it is, and none of its first-stage checks
+    failed), ``first`` (``pc`` is 0), ``overflow`` (``pc`` is past the
+    instruction memory) and ``fence_all`` (the FENCE mask is 0)."""
     def __init__(self, imem_words):
         fails = {op.name.lower(): len(_early_checks(op)) for op in FORMATS}
+        per_op = data.StructLayout({op.name.lower(): 1 for op in FORMATS})
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
-                          "fails": data.StructLayout(fails)})
+                          "fails": data.StructLayout(fails), "is_op": per_op, "clean": per_op,
+                          "first": 1, "overflow": 1, "fence_all": 1})
 
 
 class FieldChecks(wiring.Component):
@@ -100,15 +107,20 @@ class FieldChecks(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        word = self.i.p.word
+        word, pc, o = self.i.p.word, self.i.p.pc, self.o.p
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
-                     self.o.p.pc.eq(self.i.p.pc), self.o.p.word.eq(word)]
+                     o.pc.eq(pc), o.word.eq(word),
+                     o.first.eq(pc == 0), o.overflow.eq(pc >= self._arch.imem_words),
+                     o.fence_all.eq(word.fence.mask == 0)]
         for op in FORMATS:
-            f, fails = getattr(word, op.name.lower()), getattr(self.o.p.fails, op.name.lower())
+            name = op.name.lower()
+            f, fails = getattr(word, name), getattr(o.fails, name)
             for k, check in enumerate(_early_checks(op)):
                 cond = ((word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
                         else _field_violation(self._arch, op, f, *check))
                 m.d.comb += fails[k].eq(cond)
+            m.d.comb += [getattr(o.is_op, name).eq(word.opcode == op),
+                         getattr(o.clean, name).eq((word.opcode == op) & ~fails.any())]
         return m
 
 
@@ -116,8 +128,10 @@ class CauseSelect(wiring.Component):
     """Second decode stage (combinational): the first failing check of the
     instruction's opcode, in ``model/golden.py``'s order, where a legal
     instruction goes (``unit``), and the flags the units read (``op``,
-    ``fence_all``). ``legal`` is an AND of the same registered
-    check bits, computed beside the cause, not from it.
+    ``fence_all``). Where it goes is an AND-OR of the first stage's
+    registered ``clean`` bits and the version checks, computed beside the
+    cause, not from it; the cause is the opcode's chain selected by the
+    registered ``is_op`` bits.
 
     One register: the program's ISA version, taken from the VERSION at word 0
     as that instruction leaves (the next word is decoded only after it has;
@@ -153,45 +167,55 @@ class CauseSelect(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        word, pc, cause, unit = self.i.p.word, self.i.p.pc, self.o.p.cause, self.o.p.unit
+        i = self.i.p
+        word, cause, unit = i.word, self.o.p.cause, self.o.p.unit
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
-                     self.o.p.pc.eq(pc), self.o.p.word.eq(word)]
+                     self.o.p.pc.eq(i.pc), self.o.p.word.eq(word)]
         version = Signal(field_of(Op.VERSION, "version").width)
-        first, overflow = Signal(), Signal()
-        m.d.comb += [first.eq(pc == 0), overflow.eq(pc >= self._arch.imem_words)]
+        first, overflow = i.first, i.overflow
+        is_op = {op: getattr(i.is_op, op.name.lower()) for op in FORMATS}
         chains = {op: self._chain(op, getattr(word, op.name.lower()),
-                                  getattr(self.i.p.fails, op.name.lower()), first, version)
+                                  getattr(i.fails, op.name.lower()), first, version)
                   for op in FORMATS}
+        # each opcode's cause, then the one of the opcode at hand (AND-OR on the
+        # one-hot is_op bits; none set: an unknown opcode)
+        op_cause = {}
+        for op, chain in chains.items():
+            op_cause[op] = Signal(CauseCode, name=f"cause_{op.name.lower()}")
+            for k, (cond, why) in enumerate(chain):
+                with (m.If if k == 0 else m.Elif)(cond):
+                    m.d.comb += op_cause[op].eq(CauseCode[why.name])
+        known = Signal()
+        m.d.comb += known.eq(Cat(*is_op.values()).any())
+        chosen = 0
+        for op in FORMATS:
+            chosen = chosen | Mux(is_op[op], Value.cast(op_cause[op]), 0)
         with m.If(overflow):
             m.d.comb += cause.eq(CauseCode.PC_OVERFLOW)
-        with m.Elif(first & (word.opcode != Op.VERSION)):
+        with m.Elif(first & ~is_op[Op.VERSION]):
             m.d.comb += cause.eq(CauseCode.VERSION_MISMATCH)
+        with m.Elif(~known):
+            m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
         with m.Else():
-            with m.Switch(word.opcode):
-                for op, chain in chains.items():
-                    with m.Case(int(op)):
-                        for k, (cond, why) in enumerate(chain):
-                            with (m.If if k == 0 else m.Elif)(cond):
-                                m.d.comb += cause.eq(CauseCode[why.name])
-                with m.Default():
-                    m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
-        # legal: the opcode is known and none of its checks failed
-        ok = {op: (word.opcode == op) & ~Cat(*[c for c, _ in chain]).any()
+            m.d.comb += cause.eq(chosen)
+        # legal: the opcode is known and none of its checks failed (the first
+        # stage's checks in ``clean``, the version checks here)
+        ok = {op: getattr(i.clean, op.name.lower())
+              & ~Cat(*[c for c, why in chain if why in (Cause.BAD_OPCODE, Cause.VERSION_MISMATCH)]).any()
               for op, chain in chains.items()}
-        legal = Signal()
-        m.d.comb += legal.eq(~overflow & (~first | (word.opcode == Op.VERSION))
-                             & Cat(*ok.values()).any())
-        m.d.comb += unit.version.eq(legal & (word.opcode == Op.VERSION))
-        m.d.comb += [unit[name].eq(legal & word.opcode.matches(*ops))
+        allowed = Signal()                  # no stop before the opcode's own checks
+        m.d.comb += allowed.eq(~overflow & (~first | is_op[Op.VERSION]))
+        m.d.comb += unit.version.eq(allowed & ok[Op.VERSION])
+        m.d.comb += [unit[name].eq(allowed & Cat(*[ok[op] for op in ops]).any())
                      for name, ops in UNIT_OPS.items()]
         # the units' flags (legality is the sequencer's business: it dispatches
         # only legal instructions)
-        m.d.comb += [getattr(self.o.p.op, op.name.lower()).eq(word.opcode == op) for op in FORMATS]
-        m.d.comb += self.o.p.fence_all.eq(word.fence.mask == 0)
+        m.d.comb += [getattr(self.o.p.op, op.name.lower()).eq(is_op[op]) for op in FORMATS]
+        m.d.comb += self.o.p.fence_all.eq(i.fence_all)
         # taken from any VERSION at word 0, legal or not: an illegal one stops
         # the program there, and what was decoded after it is flushed unused
         # (so the enable does not wait for the legality checks)
-        with m.If(self.o.valid & self.o.ready & first & (word.opcode == Op.VERSION)):
+        with m.If(self.o.valid & self.o.ready & first & is_op[Op.VERSION]):
             m.d.sync += version.eq(word.version.version)
         return m
 
