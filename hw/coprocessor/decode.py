@@ -114,12 +114,17 @@ class FieldChecks(wiring.Component):
                      o.fence_all.eq(word.fence.mask == 0)]
         for op in FORMATS:
             name = op.name.lower()
-            f, fails = getattr(word, name), getattr(o.fails, name)
+            f = getattr(word, name)
+            # the checks in a signal of their own: ``clean`` reads them, and
+            # reading them back from ``o`` would look like a loop through ``o``
+            # to Verilator's lint
+            fails = Signal(len(getattr(o.fails, name)), name=f"fails_{name}")
             for k, check in enumerate(_early_checks(op)):
                 cond = ((word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
                         else _field_violation(self._arch, op, f, *check))
                 m.d.comb += fails[k].eq(cond)
-            m.d.comb += [getattr(o.is_op, name).eq(word.opcode == op),
+            m.d.comb += [getattr(o.fails, name).eq(fails),
+                         getattr(o.is_op, name).eq(word.opcode == op),
                          getattr(o.clean, name).eq((word.opcode == op) & ~fails.any())]
         return m
 
