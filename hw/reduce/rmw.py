@@ -302,20 +302,8 @@ class ReduceOnWrite(wiring.Component):
         m.d.comb += unwritten_next.eq(unwritten + consume - written)
         m.d.sync += [unwritten.eq(unwritten_next), room.eq(unwritten_next != limit)]
 
-        # ---- the addresses of the unwritten beats (the one being written included)
-        # the probe is the head's address, set as the head changes: to the
-        # next entry or the beat arriving now (the ring compares a cycle
-        # early); so the ring pushes its probe when the head goes in
-        m.submodules.inflight = inflight = InFlight(limit, A, push_probe=True)
-        m.d.comb += [
-            inflight.push.eq(consume), inflight.push_addr.eq(0),
-            inflight.pop.eq(written),
-            inflight.load.eq(consume | empty),
-            # (the ring compares both candidates: ``several`` chooses after)
-            inflight.load_addr.eq(new.p.addr),
-            inflight.load_alt.eq(several), inflight.load_alt_addr.eq(next_addr),
-            inflight.skip_oldest.eq(0),
-        ]
+        inflight = self._hazard_ring(m, limit, consume, written, empty,
+                                     (new.p.addr, several, next_addr))
         head = Array(entry)[head_at]
 
         # ---- the head's old word: the last write to it, or the memory's answer
@@ -329,6 +317,25 @@ class ReduceOnWrite(wiring.Component):
         ]
         self._feed_adders(m, (f32, bf16), offered, head, old)
         return m
+
+    def _hazard_ring(self, m, limit, consume, written, empty, probe):
+        """The addresses of the unwritten beats (the one being written
+        included). The probe is the head's address, set as the head changes:
+        to the next entry (``alt_addr``, when ``several``) or the beat
+        arriving now (the ring compares a cycle early, both candidates, and
+        ``several`` chooses after); so the ring pushes its probe when the
+        head goes in."""
+        arriving_addr, several, alt_addr = probe
+        m.submodules.inflight = inflight = InFlight(limit, self._addr_width, push_probe=True)
+        m.d.comb += [
+            inflight.push.eq(consume), inflight.push_addr.eq(0),
+            inflight.pop.eq(written),
+            inflight.load.eq(consume | empty),
+            inflight.load_addr.eq(arriving_addr),
+            inflight.load_alt.eq(several), inflight.load_alt_addr.eq(alt_addr),
+            inflight.skip_oldest.eq(0),
+        ]
+        return inflight
 
     @staticmethod
     def _feed_adders(m, adders, offered, head, old):
