@@ -40,7 +40,7 @@ mix: the hit vector reads the entries' ``valid``, ``staged``, ``ctx``,
 translation they overtake between the two edges sees the state before them.
 ``REMAP`` also writes fields, so it executes only at an edge where no hit
 vector is waiting for its fields (``fields_free``: the select stage's input
-is empty), and while it waits the match stage registers no new hit vector
+is empty, copies of the match stage's valid register inverted), and while it waits the match stage registers no new hit vector
 (``hold``): under a continuous translation stream a REMAP costs two bubbles,
 INVAL and COMMIT none. (The coprocessor sends a REMAP only while every DMA
 channel is done, so in a device a REMAP costs nothing.)

@@ -37,8 +37,11 @@ class CommandUnit(wiring.Component):
     fields_write : ``Out(1)``
         A REMAP is waiting to write an entry: the lookup must not register a
         new hit vector.
-    fields_free : ``In(1)``
-        The lookup reads no fields after this edge: a REMAP may execute.
+    fields_free : ``In(copies)``
+        The lookup reads no fields after this edge: a REMAP may execute. One
+        bit per run of entry groups (``_copy_of``), all equal: copies of one
+        register (the match stage's ``empty``), so each run's write enables
+        start near its entries (FPGA timing).
     commit_ctx : ``Out(ctx bits)``, commit_place : ``Out(1)``
         The command register's context, and a COMMIT is in ``PLACE``: the
         entries are then those it acts on (every earlier command has taken
@@ -55,7 +58,7 @@ class CommandUnit(wiring.Component):
             "entries": Out(TlbEntry(arch)).array(n),
             "victim": Out(range(max(2, n))),
             "fields_write": Out(1),
-            "fields_free": In(1),
+            "fields_free": In(_copies(arch)),
             "commit_ctx": Out(ctx_bits(arch)),
             "commit_place": Out(1),
         })
@@ -97,19 +100,15 @@ class CommandUnit(wiring.Component):
         return keys
 
     def _choose(self, m, same, free):
-        """At the CHOOSE edge, register a REMAP's target (one-hot): the
-        same-key entry, else the lowest free one, else the victim; and whether
-        it took an entry without evicting one."""
+        """A REMAP's target (one-hot), for the CHOOSE edge to register: the
+        same-key entry, else the lowest free one, else the victim; and,
+        registered there, whether it took an entry without evicting one."""
         n = self._arch.tlb_entries
-        target, placed = Signal(n), Signal()
+        choice, placed = Signal(n), Signal()
+        m.d.comb += choice.eq(Mux(same.any(), same & (~same + 1),
+                                  Mux(free.any(), free & (~free + 1), Const(1, n) << self.victim)))
         m.d.sync += placed.eq(same.any() | free.any())
-        with m.If(same.any()):
-            m.d.sync += target.eq(same & (~same + 1))
-        with m.Elif(free.any()):
-            m.d.sync += target.eq(free & (~free + 1))
-        with m.Else():
-            m.d.sync += target.eq(Const(1, n) << self.victim)
-        return target, placed
+        return choice, placed
 
     def elaborate(self, platform):
         m = Module()
@@ -126,6 +125,12 @@ class CommandUnit(wiring.Component):
         # write enables and data then start from flip-flops
         ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
         key = Signal(data.StructLayout({"vpn": pn, "ppn": pn}))
+        # armed[k]: in EXECUTE, a REMAP whose target is entry k (set entering
+        # EXECUTE, cleared leaving it), so each entry's wide write enable is
+        # one LUT of two flip-flops, this and its run's copy of fields_free,
+        # not the state decode and the lookup's valid across the chip
+        armed = Signal(arch.tlb_entries)
+        free_now = self.fields_free[0]
         m.d.comb += self.commit_ctx.eq(c.ctx)
         with m.FSM(name="command"):
             with m.State("ACCEPT"):
@@ -140,12 +145,14 @@ class CommandUnit(wiring.Component):
                              ops.commit.eq(c.op == MmuOp.COMMIT), key.vpn.eq(vpn), key.ppn.eq(ppn)]
                 m.next = "CHOOSE"
             with m.State("CHOOSE"):
-                target, placed = self._choose(m, same, free)
+                choice, placed = self._choose(m, same, free)
+                m.d.sync += armed.eq(Mux(ops.remap, choice, 0))
                 m.next = "EXECUTE"
             with m.State("EXECUTE"):
                 m.d.comb += self.fields_write.eq(ops.remap)
-                with m.If(~ops.remap | self.fields_free):
-                    self._execute(m, c, key, ops, (same, owned, target, placed))
+                with m.If(~ops.remap | free_now):
+                    m.d.sync += armed.eq(0)
+                    self._execute(m, ops, (same, owned, placed))
                     # the next command may be accepted at the same edge: its
                     # PLACE sees the entries this one leaves
                     m.d.comb += self.cmd.ready.eq(1)
@@ -154,21 +161,28 @@ class CommandUnit(wiring.Component):
                         m.next = "PLACE"
                     with m.Else():
                         m.next = "ACCEPT"
+        self._remap_writes(m, c, key, armed)
         return m
 
-    def _execute(self, m, c, key, ops, vectors):
-        """At the EXECUTE edge. Only this unit writes the entries, so the
+    def _remap_writes(self, m, c, key, armed):
+        """A REMAP writes its target entry at the EXECUTE edge where
+        ``fields_free`` is high; outside the state machine, so the enable is
+        ``armed`` and the run's ``fields_free`` alone."""
+        for k, e in enumerate(self.entries):
+            with m.If(armed[k] & self.fields_free[_copy_of(self._arch, k)]):
+                m.d.sync += [
+                    e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
+                    e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
+                    e.vpn.eq(key.vpn), e.ppn.eq(key.ppn),
+                ]
+
+    def _execute(self, m, ops, vectors):
+        """At the EXECUTE edge (a REMAP's entry write is
+        :meth:`_remap_writes`). Only this unit writes the entries, so the
         vectors registered at PLACE and CHOOSE still describe them."""
         n = self._arch.tlb_entries
-        same, owned, target, placed = vectors
+        same, owned, placed = vectors
         with m.If(ops.remap):
-            for k, e in enumerate(self.entries):
-                with m.If(target[k]):
-                    m.d.sync += [
-                        e.valid.eq(1), e.staged.eq(c.staged), e.ctx.eq(c.ctx),
-                        e.size.eq(c.size), e.perm.eq(c.perm), e.dev.eq(c.dev),
-                        e.vpn.eq(key.vpn), e.ppn.eq(key.ppn),
-                    ]
             with m.If(~placed):
                 m.d.sync += self.victim.eq(Mux(self.victim == n - 1, 0, self.victim + 1))
         with m.If(ops.inval):

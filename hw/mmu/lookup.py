@@ -76,6 +76,12 @@ class MatchStage(_LookupStage):
         Do not register a new hit vector at this edge (``o`` empties if it is
         being read): a REMAP is writing the entries.
     o : ``Out(stream.Signature(TlbMatch(arch, tag_width)))``
+    empty : ``Out(copies)``
+        ``o`` holds no hit vector (no select is waiting to read the entries'
+        fields), one bit per run of entry groups (as the request copies):
+        copies of one register, so each run's write enables start near its
+        entries (FPGA timing). The extra copies read "not empty" until the
+        first edge after reset (see :func:`hw.lib.register_copies`).
     """
 
     def __init__(self, arch, tag_width=4):
@@ -83,6 +89,7 @@ class MatchStage(_LookupStage):
             "i": In(stream.Signature(translate_request(arch, tag_width))),
             "hold": In(1),
             "o": Out(stream.Signature(TlbMatch(arch, tag_width))),
+            "empty": Out(_copies(arch)),
         })
 
     def elaborate(self, platform):
@@ -111,6 +118,11 @@ class MatchStage(_LookupStage):
         first, group_hit = _lowest_in_groups(hits, arch.tlb_entries)
         m.d.comb += [match.req.eq(r.payload), match.first.eq(first), match.group_hit.eq(group_hit)]
         _pipeline_register(m, r, self.o, match, hold=self.hold)
+        # o.valid's copies load as it does (see _pipeline_register)
+        valid_copies = [self.o.valid] + register_copies(
+            m, r.valid & ~self.hold, ~self.o.valid | self.o.ready, _copies(arch) - 1,
+            name="valid_copy")
+        m.d.comb += self.empty.eq(~Cat(*valid_copies))
         return m
 
 
@@ -122,18 +134,15 @@ class SelectStage(_LookupStage):
     --------------------
     i : ``In(stream.Signature(TlbMatch(arch, tag_width)))``
     entries : ``In(TlbEntry(arch)).array(tlb_entries)``
-        Read at the edge that takes ``i`` (see ``fields_free``).
+        Read at the edge that takes ``i``: an entry's fields may change only
+        at an edge where ``i`` is empty (the match stage's ``empty``).
     o : ``Out(stream.Signature(TlbSelection(arch, tag_width)))``
-    fields_free : ``Out(1)``
-        No hit vector waits for the entries' fields: ``i`` is empty. An
-        entry's fields may change at this edge.
     """
 
     def __init__(self, arch, tag_width=4):
         super().__init__(arch, tag_width, {
             "i": In(stream.Signature(TlbMatch(arch, tag_width))),
             "o": Out(stream.Signature(TlbSelection(arch, tag_width))),
-            "fields_free": Out(1),
         })
 
     def elaborate(self, platform):
@@ -151,9 +160,6 @@ class SelectStage(_LookupStage):
             m.d.comb += getattr(sel, name).eq(
                 _or_all(Mux(first[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
         _pipeline_register(m, self.i, self.o, sel)
-        # from the valid register alone: the response's ready (the DMA's) must
-        # not reach the command unit's ready, and from there the coprocessor
-        m.d.comb += self.fields_free.eq(~self.i.valid)
         return m
 
 

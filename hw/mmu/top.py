@@ -112,7 +112,7 @@ class MMU(wiring.Component):
             m.d.comb += [match.entries[k].eq(e), select.entries[k].eq(e)]
         m.d.comb += [self.idle.eq(cmds.idle), match.hold.eq(cmds.fields_write),
                      self.commit_ctx.eq(cmds.commit_ctx), self.commit_place.eq(cmds.commit_place),
-                     cmds.fields_free.eq(select.fields_free)]
+                     cmds.fields_free.eq(match.empty)]
         # registered: the host port's read multiplexer starts from flip-flops
         with m.Switch(self.tlb_index):
             for k, e in enumerate(cmds.entries):
