@@ -57,6 +57,9 @@ def add_arguments(p):
                         "(the report says it did not finish)")
     p.add_argument("--seed", type=int, default=bd.seed,
                    help="workload seed of the iCE40 subset (the DMA self-test)")
+    p.add_argument("--pnr-seed", type=int, default=bd.pnr_seed,
+                   help=f"nextpnr's placement seed (default {bd.pnr_seed}); a placement moves Fmax by "
+                        "several MHz, so timing figures name their seed")
     p.add_argument("--router", default=None, choices=["router1", "router2"],
                    help="nextpnr's router for a board (default: router2 on ECP5, nextpnr's own on iCE40)")
     p.add_argument("--placer", default=None, choices=["heap", "static", "sa"],
@@ -70,6 +73,8 @@ def add_arguments(p):
 def run(args) -> int:
     from gen.fpga import BOARDS, OOC_FAMILY_DEFAULTS, PARTS, OocOptions, build_ooc, ooc_part
     from model.errors import InputError
+    if args.pnr_seed < 0:
+        raise InputError(f"--pnr-seed must be 0 or more, not {args.pnr_seed}")
     if args.list_boards:
         for b in BOARDS.values():
             p = PARTS[b.part]
@@ -87,7 +92,7 @@ def run(args) -> int:
                       mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
                       freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1],
                       out=args.out or f"build/fpga/ooc-{args.block}",
-                      system_tools=args.system_tools, placer=args.placer)
+                      system_tools=args.system_tools, placer=args.placer, pnr_seed=args.pnr_seed)
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)
     rep = build_ooc(opts)
@@ -118,6 +123,7 @@ def _board(args) -> int:
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
                         system_tools=args.system_tools, program=args.program, seed=args.seed,
                         router=args.router, placer=args.placer, floorplan=args.floorplan,
+                        pnr_seed=args.pnr_seed,
                         time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:

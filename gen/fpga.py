@@ -360,7 +360,8 @@ def _yosys_cells(stat_text: str, kind: str) -> int:
 
 def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F",
                   freq_mhz: float = 100, system_tools: bool = False,
-                  time_limit_s: float | None = None, placer: str | None = None) -> Implementation:
+                  time_limit_s: float | None = None, placer: str | None = None,
+                  pnr_seed: int = 1) -> Implementation:
     """Synthesize and place-and-route ``component`` alone (out of context) on
     ``part_name``: LUT4 and FF counts from Yosys, utilization and Fmax from
     nextpnr at a ``freq_mhz`` constraint (a failing design still reports).
@@ -400,7 +401,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
         args = [env["NEXTPNR_ICE40"], "--pcf-allow-unconstrained"]
     args += [p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
              "--freq", str(freq_mhz), "--report", f"{name}_report.json", "--sdf", f"{name}.sdf",
-             "--seed", "1", "--timing-allow-fail"] + (["--placer", placer] if placer else [])
+             "--seed", str(pnr_seed), "--timing-allow-fail"] + (["--placer", placer] if placer else [])
     r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=left())
     if r.returncode:
         impl = _unplaced(r.stderr, part_name, lut4=lut, ff=ff)
@@ -433,6 +434,7 @@ class OocOptions:
     system_tools: bool = False
     time_limit_s: float | None = None
     placer: str | None = None           # nextpnr's --placer; None: nextpnr's default (heap)
+    pnr_seed: int = 1                   # nextpnr's --seed
 
 
 def ooc_component(opts: OocOptions):
@@ -472,7 +474,7 @@ def build_ooc(opts: OocOptions) -> dict:
     t0 = time.perf_counter()
     impl = implement_ooc(comp, opts.block, opts.out, part_name=p.name, freq_mhz=opts.freq_mhz,
                          system_tools=opts.system_tools, time_limit_s=opts.time_limit_s,
-                         placer=opts.placer)
+                         placer=opts.placer, pnr_seed=opts.pnr_seed)
     report = {"kind": "out-of-context", "block": opts.block, "part": p.name,
               "options": asdict(opts), **impl.to_json(),
               "overflows": impl.overflows(p),

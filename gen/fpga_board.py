@@ -53,6 +53,7 @@ class BoardOptions:
     router: str | None = None           # nextpnr's --router; None: router2 on ECP5, else its default
     placer: str | None = None           # nextpnr's --placer; None: static on ECP5, else its default
     floorplan: bool = True              # lock each device's block RAMs to its stripe (gen.floorplan)
+    pnr_seed: int = 1                   # nextpnr's --seed
 
     def out_dir(self) -> Path:
         return Path(self.out or f"build/fpga/{self.board}")
@@ -295,7 +296,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
                           do_build=False, nextpnr_opts=["--report", "top_report.json",
                                                         "--sdf", "top.sdf",
-                                                        "--timing-allow-fail", "--seed", "1"]
+                                                        "--timing-allow-fail", "--seed", str(opts.pnr_seed)]
                           + (["--router", router] if router else [])
                           + (["--placer", placer] if placer else []))
     devices = (fields.get("reshard") or {}).get("devices", 0)
@@ -339,7 +340,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
         "expected": {"cycles": sim["cycles"], "crc": f"{sim['crc']:08x}",
                      "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
         "tools": tool_versions(env, p.family), "nextpnr_router": router or "default",
-        "nextpnr_placer": placer or "default",
+        "nextpnr_placer": placer or "default", "nextpnr_seed": opts.pnr_seed,
         "floorplan": floorplan or "none (placed freely)",
         "build_seconds": build_seconds,
         "total_seconds": round(time.perf_counter() - t0, 1),

@@ -255,6 +255,28 @@ def test_small_block_out_of_context_on_ice40_through_its_harness(tmp_path):
     assert not impl.overflows(PARTS["iCE40UP5K"])
 
 
+def test_pnr_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch, capsys):
+    """``--pnr-seed`` is nextpnr's ``--seed`` (timing figures name their
+    placement), recorded in the report's options; a negative one is refused
+    in one line."""
+    import subprocess
+    from gen import fpga
+    calls = []
+    real_run = subprocess.run
+
+    def run(args, *a, **k):
+        calls.append(list(args))
+        return real_run(args, *a, **k)
+    monkeypatch.setattr(fpga.subprocess, "run", run)
+    rep = fpga.build_ooc(fpga.OocOptions(block="mmu", part="iCE40UP5K", tlb_entries=2, freq_mhz=12,
+                                         out=str(tmp_path), pnr_seed=7))
+    nextpnr = [c for c in calls if "--pnr-seed" not in c and "--seed" in c]
+    assert len(nextpnr) == 1 and nextpnr[0][nextpnr[0].index("--seed") + 1] == "7"
+    assert rep["options"]["pnr_seed"] == 7
+    assert main(["fpga", "--ooc", "--block", "dma", "--pnr-seed", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --pnr-seed must be 0 or more, not -1"
+
+
 def test_a_design_nextpnr_cannot_place_is_reported_not_raised():
     """nextpnr stops before placing when a resource is short, or when the
     placer finds no legal placement near the limit: both become an
