@@ -117,18 +117,24 @@ def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head,
     assert max(levels) <= depth
 
 
+_QUEUE_VARIANTS = {"registered_head": {"registered_head": True},
+                   "registered_flags": {"registered_flags": True},
+                   "read_copies": {"registered_flags": True, "read_copies": 4}}
+
+
 @pytest.mark.parametrize("buffered,variant", [(False, "registered_head"), (False, "registered_flags"),
-                                              (True, "registered_flags")])
+                                              (True, "registered_flags"), (False, "read_copies")])
 @pytest.mark.parametrize("depth", [1, 2, 3, 8])
 def test_queue_variants_match_plain_queue_cycle_for_cycle(depth, buffered, variant):
     """The registered head changes where the oldest entry is kept, the
-    registered flags where ``w.ready`` and ``r.valid`` come from; never what
-    either side sees in any cycle (against the plain queue of the same
-    ``buffered``: Amaranth's ``SyncFIFO`` or ``SyncFIFOBuffered``)."""
+    registered flags where ``w.ready`` and ``r.valid`` come from, the read
+    copies which pointer reads which columns; never what either side sees in
+    any cycle (against the plain queue of the same ``buffered``: Amaranth's
+    ``SyncFIFO`` or ``SyncFIFOBuffered``)."""
     from amaranth.hdl import Module
     m = Module()
     m.submodules.a = a = Queue(8, depth, buffered=buffered)
-    m.submodules.b = b = Queue(8, depth, buffered=buffered, **{variant: True})
+    m.submodules.b = b = Queue(8, depth, buffered=buffered, **_QUEUE_VARIANTS[variant])
     rng = random.Random(depth)
 
     async def tb(ctx):
@@ -164,6 +170,12 @@ def test_queue_rejects_bad_arguments():
         Queue(8, 4, registered_head=True)
     with pytest.raises(ValueError, match=r"Registered flags are for a queue without a registered head"):
         Queue(8, 4, buffered=False, registered_head=True, registered_flags=True)
+    with pytest.raises(ValueError, match=r"Read copies must be an integer in 1\.\.4, not 5"):
+        Queue(8, 4, buffered=False, registered_flags=True, read_copies=5)
+    with pytest.raises(ValueError, match=r"Read copies are for a fall-through queue with registered flags"):
+        Queue(8, 4, registered_flags=True, read_copies=2)
+    with pytest.raises(ValueError, match=r"Read copies \(4\) cannot exceed the payload's 3 bits"):
+        Queue(3, 4, buffered=False, registered_flags=True, read_copies=4)
 
 
 def _run_comb(dut, tb):

@@ -124,8 +124,10 @@ class DescriptorFeeder(wiring.Component):
         heads = []
         for c in range(C):
             # (its flags are registers: the level's compares, read by ``done``, the
-            # arbiter and ``w.ready``, had stretched the level's own loop on the board)
-            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False, registered_flags=True)
+            # arbiter and ``w.ready``, had stretched the level's own loop on the board;
+            # four read pointers: one drove all 54 LUT-RAM columns' read addresses)
+            m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False, registered_flags=True,
+                                                  read_copies=4)
             heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")

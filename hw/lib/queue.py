@@ -1,11 +1,13 @@
 """A typed queue: a synchronous FIFO with stream ports and a payload shape."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.hdl import Const, Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .copies import MAX_EXTRA_COPIES, register_copies
 
 __all__ = ["Queue"]
 
@@ -39,6 +41,13 @@ class Queue(wiring.Component):
         next state and distant readers, and the placer stretched the loop).
         A buffered queue's ``r.valid`` is a flip-flop already; its
         ``w.ready`` becomes one.
+    read_copies : int
+        With ``registered_flags`` on a fall-through queue: the memory is
+        split into this many column groups (at most
+        :data:`hw.lib.MAX_EXTRA_COPIES` + 1), each read through its own
+        copy of the read pointer (default 1). Same cycles; for a wide
+        queue in LUT RAM, where one pointer drives every column's read
+        address across the chip (FPGA timing).
 
     Interface attributes
     --------------------
@@ -50,7 +59,8 @@ class Queue(wiring.Component):
         Entries held.
     """
 
-    def __init__(self, shape, depth, *, buffered=True, registered_head=False, registered_flags=False):
+    def __init__(self, shape, depth, *, buffered=True, registered_head=False, registered_flags=False,
+                 read_copies=1):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Queue payload must be at least 1 bit wide, not {shape!r}")
@@ -60,11 +70,20 @@ class Queue(wiring.Component):
             raise ValueError("A registered head is for a fall-through queue (buffered=False)")
         if registered_flags and registered_head:
             raise ValueError("Registered flags are for a queue without a registered head")
+        if (not isinstance(read_copies, int) or isinstance(read_copies, bool)
+                or not 1 <= read_copies <= MAX_EXTRA_COPIES + 1):
+            raise ValueError(f"Read copies must be an integer in 1..{MAX_EXTRA_COPIES + 1}, "
+                             f"not {read_copies!r}")
+        if read_copies > 1 and (buffered or not registered_flags):
+            raise ValueError("Read copies are for a fall-through queue with registered flags")
+        if read_copies > width:
+            raise ValueError(f"Read copies ({read_copies}) cannot exceed the payload's {width} bits")
         self._shape = shape
         self._depth = depth
         self._buffered = bool(buffered)
         self._registered_head = bool(registered_head)
         self._registered_flags = bool(registered_flags)
+        self._read_copies = read_copies
         super().__init__({
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
@@ -78,6 +97,8 @@ class Queue(wiring.Component):
                                doc="The oldest entry is held in flip-flops.")
     registered_flags = property(lambda self: self._registered_flags,
                                 doc="``w.ready`` and ``r.valid`` are flip-flops.")
+    read_copies = property(lambda self: self._read_copies,
+                           doc="Copies of the read pointer, each reading a column group.")
 
     def elaborate(self, platform):
         if self._registered_head:
@@ -138,22 +159,32 @@ class Queue(wiring.Component):
         the level."""
         m = Module()
         depth = self._depth
-        m.submodules.mem = mem = Memory(shape=Shape.cast(self._shape).width, depth=depth, init=[])
-        wport, rport = mem.write_port(), mem.read_port(domain="comb")
         w_ptr, r_ptr = Signal(range(depth)), Signal(range(depth))
         not_full, not_empty = Signal(init=1), Signal()
         level = Signal(range(depth + 1))
         push = self.w.valid & not_full
         pop = self.r.ready & not_empty
+        r_next = Signal.like(r_ptr)
         m.d.comb += [
             self.w.ready.eq(not_full), self.r.valid.eq(not_empty), self.level.eq(level),
-            wport.addr.eq(w_ptr), wport.data.eq(self.w.payload), wport.en.eq(push),
-            rport.addr.eq(r_ptr), self.r.payload.eq(rport.data),
+            r_next.eq(Mux(pop, Mux(r_ptr == depth - 1, 0, r_ptr + 1), r_ptr)),
         ]
+        m.d.sync += r_ptr.eq(r_next)
+        # the extra pointers load r_ptr's next value at every edge, so they equal
+        # it from the first edge on (before it the queue is empty: nothing to read)
+        pointers = [r_ptr] + register_copies(m, r_next, Const(1), self._read_copies - 1, name="r_ptr_copy")
+        width = Shape.cast(self._shape).width
+        bounds = [width * k // len(pointers) for k in range(len(pointers) + 1)]
+        for k, ptr in enumerate(pointers):
+            lo, hi = bounds[k], bounds[k + 1]
+            mem = Memory(shape=hi - lo, depth=depth, init=[])
+            m.submodules["mem" if k == 0 else f"mem{k}"] = mem
+            wport, rport = mem.write_port(), mem.read_port(domain="comb")
+            m.d.comb += [wport.addr.eq(w_ptr), wport.data.eq(Value.cast(self.w.payload)[lo:hi]),
+                         wport.en.eq(push), rport.addr.eq(ptr),
+                         Value.cast(self.r.payload)[lo:hi].eq(rport.data)]
         with m.If(push):
             m.d.sync += w_ptr.eq(Mux(w_ptr == depth - 1, 0, w_ptr + 1))
-        with m.If(pop):
-            m.d.sync += r_ptr.eq(Mux(r_ptr == depth - 1, 0, r_ptr + 1))
         with m.If(push & ~pop):
             m.d.sync += [level.eq(level + 1), not_empty.eq(1), not_full.eq(level != depth - 1)]
         with m.Elif(pop & ~push):
