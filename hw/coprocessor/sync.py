@@ -103,17 +103,22 @@ class SyncUnit(wiring.Component):
         copies = [held_count] + register_copies(m, count, 1, min(MAX_EXTRA_COPIES, (S - 1) // 2),
                                                 name="held_count_copy")
         held = [copies[s * len(copies) // S] for s in range(S)]
-        reached = Signal()          # the checked WAIT's semaphore has reached its count
-        m.d.comb += reached.eq(checking & ((held_count == 0) | Cat(*[
-            at[s] & (val >= held[s]) for s, val in enumerate(self.semaphores)]).any()))
+        # the comparison and the conditions on the WAIT still being there are
+        # registered apart (their AND is read after the registers): the
+        # comparators' OR tree does not also wait for the late ``insn.ready``
+        met = Signal()              # the checked semaphore had reached its count
+        m.d.sync += met.eq((held_count == 0) | Cat(*[
+            at[s] & (val >= held[s]) for s, val in enumerate(self.semaphores)]).any())
+        still = Signal()            # the checked WAIT was offered and not taken again
+        quiet = Signal()            # ... and no signal arrived meanwhile
+        stays = checking & ~self.insn.ready & ~self.restart
+        m.d.sync += [still.eq(stays), quiet.eq(stays & ~self.sig_in.valid)]
         satisfied = Signal()
-        m.d.sync += satisfied.eq(reached & ~self.insn.ready & ~self.restart)
         # checked below its count and no signal arrived since (semaphores only
         # grow by signals while it waits): still below now, so ``blocked``
-        # comes from this register, not through the comparison
+        # comes from registers, not through the comparison
         below = Signal()
-        m.d.sync += below.eq(checking & ~reached & ~self.insn.ready & ~self.restart
-                             & ~self.sig_in.valid)
+        m.d.comb += [satisfied.eq(met & still), below.eq(~met & quiet)]
         # ``satisfied`` implies the WAIT is still at the head (it was offered and
         # not taken, and a restart clears the check), so the retire needs no
         # flag of the instruction: the semaphores never wait on the decoded word
