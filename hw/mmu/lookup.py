@@ -148,17 +148,22 @@ class SelectStage(_LookupStage):
     def elaborate(self, platform):
         m = Module()
         n = self._arch.tlb_entries
-        # the lowest group that hits, then its lowest entry that hits
+        # the lowest group that hits; each group's fields from its lowest hit
+        # (the match stage's registered bits alone), then the group's chosen:
+        # the group decision meets the fields only at the last OR
         group, _ = _lowest_in_groups(self.i.payload.group_hit, _groups(self._arch))
-        first = Signal(n)
-        m.d.comb += first.eq(self.i.payload.first
-                             & Cat(*[group[k // PRIORITY_GROUP] for k in range(n)]))
+        first = self.i.payload.first
         sel = Signal(TlbSelection(self._arch, self._tag_width))
         m.d.comb += [sel.req.eq(self.i.payload.req), sel.hit.eq(self.i.payload.group_hit.any())]
-        fields = ("perm", "dev", "size", "ppn")
-        for name in fields:
-            m.d.comb += getattr(sel, name).eq(
-                _or_all(Mux(first[k], getattr(e, name), 0) for k, e in enumerate(self.entries)))
+        for name in ("perm", "dev", "size", "ppn"):
+            per_group = []
+            for g in range(_groups(self._arch)):
+                ks = range(g * PRIORITY_GROUP, min((g + 1) * PRIORITY_GROUP, n))
+                value = Signal.like(getattr(sel, name), name=f"{name}_group{g}")
+                m.d.comb += value.eq(_or_all(Mux(first[k], getattr(self.entries[k], name), 0)
+                                             for k in ks))
+                per_group.append(Mux(group[g], value, 0))
+            m.d.comb += getattr(sel, name).eq(_or_all(per_group))
         _pipeline_register(m, self.i, self.o, sel)
         return m
 
