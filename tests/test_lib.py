@@ -161,6 +161,16 @@ def test_queue_variants_match_plain_queue_cycle_for_cycle(depth, buffered, varia
     run_simulation(m, [tb])
 
 
+@pytest.mark.parametrize("width,n", [(1, 1), (8, 4), (214, 4), (7, 3), (3, 3)])
+def test_bit_groups_cover_the_width_contiguously_and_evenly(width, n):
+    from hw.lib import bit_groups
+    groups = bit_groups(width, n)
+    assert len(groups) == n and groups[0][0] == 0 and groups[-1][1] == width
+    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
+    sizes = [hi - lo for lo, hi in groups]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+
+
 def test_queue_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"Queue depth must be a positive integer, not 0"):
         Queue(8, 0)

@@ -1,12 +1,12 @@
 """Descriptor feeder: per-channel descriptor queues, arbitrated into the DMA."""
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor
-from ..lib import Queue, RegisterSlice, RoundRobin, register_copies
+from ..lib import Queue, RegisterSlice, RoundRobin, bit_groups, register_copies
 
 __all__ = ["DescriptorFeeder"]
 
@@ -223,9 +223,8 @@ class DescriptorFeeder(wiring.Component):
         m.d.sync += free.eq(free_next)
         # the copies load free's next value at every edge: equal to it from the
         # first edge on (before it nothing is offered)
-        frees = [free] + register_copies(m, free_next, Const(1), 3, name="offer_free_copy")
+        frees = [free] + register_copies(m, free_next, 1, 3, name="offer_free_copy")
         bits, width = Value.cast(payload), Shape.cast(payload.shape()).width
-        bounds = [width * k // len(frees) for k in range(len(frees) + 1)]
-        for k, load in enumerate(frees):
+        for load, (lo, hi) in zip(frees, bit_groups(width, len(frees))):
             with m.If(load):
-                m.d.sync += bits[bounds[k]:bounds[k + 1]].eq(Value.cast(head)[bounds[k]:bounds[k + 1]])
+                m.d.sync += bits[lo:hi].eq(Value.cast(head)[lo:hi])

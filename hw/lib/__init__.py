@@ -12,7 +12,7 @@
   keeps apart (one near each group of the logic it feeds).
 """
 from .widths import (BUS_WIDTHS, check_bus_width, resolve_channels, index_bits, chan_bits,
-                     ctx_bits, dev_bits, sem_bits, counter_shape)
+                     ctx_bits, dev_bits, sem_bits, counter_shape, bit_groups)
 from .arbiter import ParkedRoundRobin, RoundRobin
 from .queue import Queue
 from .slice import RegisterSlice
@@ -20,7 +20,7 @@ from .pages import page_select, page_bytes, page_offset_mask, PageSizeDecoder
 from .copies import MAX_EXTRA_COPIES, register_copies
 
 __all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
-           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "RoundRobin", "ParkedRoundRobin",
+           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "bit_groups", "RoundRobin", "ParkedRoundRobin",
            "Queue", "RegisterSlice",
            "page_select", "page_bytes", "page_offset_mask", "PageSizeDecoder",
            "MAX_EXTRA_COPIES", "register_copies"]

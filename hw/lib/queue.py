@@ -1,13 +1,14 @@
 """A typed queue: a synchronous FIFO with stream ports and a payload shape."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .copies import MAX_EXTRA_COPIES, register_copies
+from .widths import bit_groups
 
 __all__ = ["Queue"]
 
@@ -172,11 +173,9 @@ class Queue(wiring.Component):
         m.d.sync += r_ptr.eq(r_next)
         # the extra pointers load r_ptr's next value at every edge, so they equal
         # it from the first edge on (before it the queue is empty: nothing to read)
-        pointers = [r_ptr] + register_copies(m, r_next, Const(1), self._read_copies - 1, name="r_ptr_copy")
-        width = Shape.cast(self._shape).width
-        bounds = [width * k // len(pointers) for k in range(len(pointers) + 1)]
-        for k, ptr in enumerate(pointers):
-            lo, hi = bounds[k], bounds[k + 1]
+        pointers = [r_ptr] + register_copies(m, r_next, 1, self._read_copies - 1, name="r_ptr_copy")
+        columns = bit_groups(Shape.cast(self._shape).width, len(pointers))
+        for k, (ptr, (lo, hi)) in enumerate(zip(pointers, columns)):
             mem = Memory(shape=hi - lo, depth=depth, init=[])
             m.submodules["mem" if k == 0 else f"mem{k}"] = mem
             wport, rport = mem.write_port(), mem.read_port(domain="comb")

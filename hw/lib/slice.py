@@ -5,6 +5,8 @@ from amaranth.hdl import Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .widths import bit_groups
+
 __all__ = ["RegisterSlice"]
 
 
@@ -112,9 +114,7 @@ class RegisterSlice(wiring.Component):
 
     def _bit_groups(self):
         """(low, high) bit ranges of the payload, one per group."""
-        width, n = Shape.cast(self._shape).width, self._groups
-        bounds = [width * k // n for k in range(n + 1)]
-        return list(zip(bounds, bounds[1:]))
+        return bit_groups(Shape.cast(self._shape).width, self._groups)
 
     def elaborate(self, platform):
         if self._late_ready:

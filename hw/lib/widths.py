@@ -11,7 +11,7 @@ from amaranth.hdl import unsigned
 from amaranth.utils import bits_for
 
 __all__ = ["BUS_WIDTHS", "check_bus_width", "resolve_channels", "index_bits", "chan_bits",
-           "ctx_bits", "dev_bits", "sem_bits", "counter_shape"]
+           "ctx_bits", "dev_bits", "sem_bits", "counter_shape", "bit_groups"]
 
 #: Data bus widths the memory system is built for, in bits.
 BUS_WIDTHS = (32, 64, 128, 256)
@@ -65,3 +65,11 @@ def counter_shape(limit):
     if not isinstance(limit, int) or limit < 0:
         raise ValueError(f"Counter limit must be a non-negative integer, not {limit!r}")
     return unsigned(bits_for(limit))
+
+
+def bit_groups(width, n):
+    """``n`` contiguous ``(low, high)`` bit ranges covering ``width`` bits, as
+    even as they come: how a wide register or memory is split into groups
+    that each have a control signal of their own (FPGA timing)."""
+    bounds = [width * k // n for k in range(n + 1)]
+    return list(zip(bounds, bounds[1:]))

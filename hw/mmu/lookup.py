@@ -32,13 +32,15 @@ def _pipeline_register(m, i, o, value, *, hold=0):
 
     The payload loads only with a request (``i.valid``): an empty stage's payload
     is don't-care (every reader waits for ``valid``), and Verilator then computes
-    ``value`` only inside that branch, not on every idle cycle."""
-    load = Signal()
-    m.d.comb += [load.eq(~o.valid | o.ready), i.ready.eq(load & ~hold)]
+    ``value`` only inside that branch, not on every idle cycle. Returns the
+    load enable and what ``o.valid`` loads (for copies of it)."""
+    load, valid_next = Signal(), Signal()
+    m.d.comb += [load.eq(~o.valid | o.ready), i.ready.eq(load & ~hold), valid_next.eq(i.valid & ~hold)]
     with m.If(load):
-        m.d.sync += o.valid.eq(i.valid & ~hold)
+        m.d.sync += o.valid.eq(valid_next)
         with m.If(i.valid):
             m.d.sync += o.payload.eq(value)
+    return load, valid_next
 
 
 class _LookupStage(wiring.Component):
@@ -117,11 +119,9 @@ class MatchStage(_LookupStage):
         match = Signal(TlbMatch(arch, self._tag_width))
         first, group_hit = _lowest_in_groups(hits, arch.tlb_entries)
         m.d.comb += [match.req.eq(r.payload), match.first.eq(first), match.group_hit.eq(group_hit)]
-        _pipeline_register(m, r, self.o, match, hold=self.hold)
-        # o.valid's copies load as it does (see _pipeline_register)
-        valid_copies = [self.o.valid] + register_copies(
-            m, r.valid & ~self.hold, ~self.o.valid | self.o.ready, _copies(arch) - 1,
-            name="valid_copy")
+        load, valid_next = _pipeline_register(m, r, self.o, match, hold=self.hold)
+        valid_copies = [self.o.valid] + register_copies(m, valid_next, load, _copies(arch) - 1,
+                                                        name="valid_copy")
         m.d.comb += self.empty.eq(~Cat(*valid_copies))
         return m
 
