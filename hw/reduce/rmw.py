@@ -78,7 +78,9 @@ class ReduceOnWrite(wiring.Component):
     writes: when one is offered for its word (from the edge the beat enters
     the queue on; every word offered is written unchanged and in order), the
     beat keeps that word and uses it instead of what its read returns, which
-    may predate the write. The queue's head does not enter
+    may predate the write (kept a cycle after the offer, from registers: a
+    head that leaves in that cycle takes the word from the register of the
+    last offer). The queue's head does not enter
     the adders while a beat to its word is still unwritten (inside them, in
     the write queue, or being written). So the old word a beat adds to is a
     register or the memory's answer, one multiplexer from the adders' operand registers,
@@ -205,11 +207,14 @@ class ReduceOnWrite(wiring.Component):
             pending.w.payload.eq(sum_now),
         ]
 
-        def lands_on(addr):
-            # both candidates compared from registers, the queue's valid only
-            # selecting (not through ``out``'s multiplexer)
-            return self.wr.valid & Mux(waiting, addr == pending.r.payload.addr,
-                                       addr == sum_now.addr)
+        def lands_on(addr, new_addr, is_new):
+            # (``is_new`` ? ``new_addr`` : ``addr``) is offered: each address
+            # compared with both candidates from registers; the queue's valid
+            # and ``is_new`` only select (not through ``out``'s multiplexer)
+            def equal(target):
+                return Mux(is_new, new_addr == target, addr == target)
+            return self.wr.valid & Mux(waiting, equal(pending.r.payload.addr),
+                                       equal(sum_now.addr))
         return out, lands_on
 
     @staticmethod
@@ -220,12 +225,27 @@ class ReduceOnWrite(wiring.Component):
         watches the words offered to ``wr``: each is written unchanged and in
         order, and no beat to that word leaves the queue before it is, so the
         last one offered is the last one written when the entry is read (and
-        an offer does not wait on the write port's ready)."""
-        for k, (entry, dirty, kept) in enumerate(zip(*queue)):
+        an offer does not wait on the write port's ready).
+
+        The watching takes two edges: at the first, ``hit[k]`` registers
+        that the word offered now is entry k's (as entry k is after that
+        edge) and ``offered_word`` that word; at the second, entry k keeps
+        it. So a kept word's 32 enables come from one flip-flop, not from
+        an address comparison, and a head that leaves in between takes
+        ``offered_word`` itself (returned: ``hit`` and ``offered_word``)."""
+        entries, dirties, kepts = queue
+        hit = [Signal(name=f"q_hit{k}") for k in range(len(entries))]
+        offered_word = Signal.like(out.data)
+        m.d.sync += offered_word.eq(out.data)
+        for k, (entry, dirty, kept) in enumerate(zip(entries, dirties, kepts)):
+            m.d.sync += hit[k].eq(lands_on(entry.addr, new.p.addr, free[k]))
             with m.If(free[k]):
-                m.d.sync += [entry.eq(new.p), dirty.eq(lands_on(new.p.addr)), kept.eq(out.data)]
-            with m.Elif(lands_on(entry.addr)):
-                m.d.sync += [dirty.eq(1), kept.eq(out.data)]
+                m.d.sync += [entry.eq(new.p), dirty.eq(0)]
+            with m.Elif(hit[k]):
+                m.d.sync += dirty.eq(1)
+            with m.If(hit[k]):
+                m.d.sync += kept.eq(offered_word)
+        return hit, offered_word
 
     def elaborate(self, platform):
         m = Module()
@@ -291,7 +311,7 @@ class ReduceOnWrite(wiring.Component):
         m.d.sync += [free[k].eq((tail_next == k) & (count_next != n)) for k in range(n)]
         with m.If(consume):
             m.d.sync += [head_at.eq(after(head_at)), next_at.eq(after(next_at))]
-        self._load_entries(m, (entry, dirty, kept), free, new, out, lands_on)
+        hit, offered_word = self._load_entries(m, (entry, dirty, kept), free, new, out, lands_on)
         # the address each entry holds after this edge (the free tail entry
         # loads the arriving beat); both of next_at's possible successors are
         # looked up, the late ``consume`` only selects
@@ -306,11 +326,15 @@ class ReduceOnWrite(wiring.Component):
                                      (new.p.addr, several, next_addr))
         head = Array(entry)[head_at]
 
-        # ---- the head's old word: the last write to it, or the memory's answer
+        # ---- the head's old word: the last write to it (the one offered last
+        # cycle, not yet kept, or the kept one), or the memory's answer, which
+        # passes one multiplexer as before
         old = Signal(W)
         offered = Signal()                    # the head has its word, no hazard, room
+        head_hit = Array(hit)[head_at]
+        written_word = Mux(head_hit, offered_word, Array(kept)[head_at])
         m.d.comb += [
-            old.eq(Mux(Array(dirty)[head_at], Array(kept)[head_at], self.rd.rsp.p)),
+            old.eq(Mux(head_hit | Array(dirty)[head_at], written_word, self.rd.rsp.p)),
             offered.eq(~empty & self.rd.rsp.valid & ~inflight.hit & room),
             consume.eq(offered & f32.i.ready & bf16.i.ready),
             self.rd.rsp.ready.eq(consume),
