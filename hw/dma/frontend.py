@@ -96,6 +96,10 @@ class FrontEnd(wiring.Component):
         full = [Signal(2, name=f"full{c}") for c in range(C)]
         picked = Signal()              # the registered pick (grant.valid)
         chan = Signal(range(max(2, C)))
+        # per channel: ``picked & (chan == c)``, in a flip-flop of its own: the
+        # decode of ``chan`` (which also addresses the ring) through the head slot's
+        # select fanned out to every channel's ``walking`` enable (FPGA timing)
+        pick = Signal(C)
 
         # descriptors in: per channel, "its tail slot is free" and "it takes a
         # descriptor now" are a LUT of flip-flops each, so ``desc.chan`` (an
@@ -135,10 +139,11 @@ class FrontEnd(wiring.Component):
         # arbitration: the pick is registered and replaced when the walker takes it
         for c in range(C):
             m.d.comb += arb.requests[c].eq((walking[c] | full[c].bit_select(head[c], 1))
-                                           & ~self.halt[c] & ~(picked & (chan == c)))
+                                           & ~self.halt[c] & ~pick[c])
         m.d.comb += arb.advance.eq(self.grant.ready)
         with m.If(self.grant.ready):
             m.d.sync += [picked.eq(arb.valid), chan.eq(arb.grant)]
+            m.d.sync += [pick[c].eq(arb.valid & (arb.grant == c)) for c in range(C)]
 
         # the grant: the picked channel's head slot
         head_full = Signal()
@@ -152,8 +157,10 @@ class FrontEnd(wiring.Component):
                                    Mux(head_full, GrantOp.START, GrantOp.NONE))),
         ]
         for c in range(C):
-            with m.If(self.grant.valid & self.grant.ready & (chan == c)
-                      & (self.grant.p.op == GrantOp.START)):
+            # the grant is this channel's ``START``: its own flip-flops, not the
+            # grant's ``op`` (decoded through ``chan``), with ``ready`` the late input
+            with m.If(pick[c] & ~walking[c] & full[c].bit_select(head[c], 1)
+                      & self.grant.ready):
                 m.d.sync += walking[c].eq(1)
             with m.If(self.walked.valid & (self.walked.payload == c)):
                 m.d.sync += [walking[c].eq(0), full[c].bit_select(head[c], 1).eq(0),
@@ -162,6 +169,6 @@ class FrontEnd(wiring.Component):
                 # both pointers back to slot 0 too: emptied slots with the head
                 # elsewhere than the tail would never be walked again
                 m.d.sync += [walking[c].eq(0), full[c].eq(0), head[c].eq(0), tail[c].eq(0)]
-            m.d.comb += [self.busy[c].eq(walking[c] | full[c].any() | (picked & (chan == c))),
+            m.d.comb += [self.busy[c].eq(walking[c] | full[c].any() | pick[c]),
                          self.free_slots[c].eq(~full[c][0] + ~full[c][1])]
         return m
