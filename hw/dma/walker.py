@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..lib import MAX_EXTRA_COPIES, bit_groups, register_copies
 from .layouts import Chunk, Event, Grant, GrantOp
 
 __all__ = ["Walker"]
@@ -113,25 +114,22 @@ class Walker(wiring.Component):
         v2, s2 = Signal(), Signal(held_layout)
         v3, s3 = Signal(), Signal(cut_layout)
         adv = Signal()              # every stage moves on (the chunk is not held back)
-        self._read(m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, adv)
-        self._cut(m, v2, s2, v3, s3, adv)
+        fwd_copies = self._cut(m, v2, s2, v3, s3, adv)
+        self._read(m, pos_r, row_r, pos_w, row_w, v2, s2, s3, adv, fwd_copies)
         self._write_back(m, pos_w, row_w, v3, s3, adv)
         for c in range(g.channels):
             m.d.comb += self.busy[c].eq((v2 & (s2.chan == c)) | (v3 & (s3.chan == c)))
         return m
 
-    def _read(self, m, pos_r, row_r, pos_w, row_w, v2, s2, v3, s3, adv):
+    def _read(self, m, pos_r, row_r, pos_w, row_w, v2, s2, s3, adv, fwd_copies):
         """Stage 1: read the granted channel's walk state, or take the one being
-        written back for it in this cycle."""
+        written back for it in this cycle (``fwd_copies``: see :meth:`_cut`)."""
         gr = self.grant.p
         # a stale grant of a channel whose descriptor ends now waits a cycle
         stale = Signal()
-        # the third stage writes this channel back in this cycle
-        fwd = Signal()
         m.d.comb += [
             pos_r.addr.eq(gr.chan), row_r.addr.eq(gr.chan),
             stale.eq(s3.ends & (s3.chan == gr.chan)),
-            fwd.eq(s3.writes & (s3.chan == gr.chan)),
             self.grant.ready.eq(adv & ~stale),
         ]
         with m.If(adv):
@@ -140,20 +138,24 @@ class Walker(wiring.Component):
         # Verilator skip this stage's logic on idle cycles
         with m.If(adv & self.grant.valid):
             m.d.sync += [s2.chan.eq(gr.chan), s2.op.eq(gr.op), s2.desc.eq(gr.desc)]
-            with m.If(fwd):
-                m.d.sync += s2.pos.eq(pos_w.data)
-            with m.Else():
-                m.d.sync += s2.pos.eq(pos_r.data)
-            with m.If(fwd & s3.row_end):
-                m.d.sync += s2.row.eq(row_w.data)
-            with m.Else():
-                m.d.sync += s2.row.eq(row_r.data)
+            # per group of bits: the third stage writes this channel back now (its
+            # row state too), from that group's copies of ``s3``'s flags (see ``_cut``)
+            groups = zip(fwd_copies, bit_groups(len(s2.pos.as_value()), len(fwd_copies)),
+                         bit_groups(len(s2.row.as_value()), len(fwd_copies)))
+            for copy, (plo, phi), (rlo, rhi) in groups:
+                here = copy[2:] == gr.chan
+                for reg, (lo, hi), sel, w, r in (
+                        (s2.pos, (plo, phi), copy[0] & here, pos_w.data, pos_r.data),
+                        (s2.row, (rlo, rhi), copy[1] & here, row_w.data, row_r.data)):
+                    m.d.sync += reg.as_value()[lo:hi].eq(
+                        Mux(sel, w.as_value()[lo:hi], r.as_value()[lo:hi]))
 
     def _cut(self, m, v2, s2, v3, s3, adv):
         """Stage 2: the chunk length, and whether it ends the row and the
         descriptor; beside it, the next row's start (used if the row ends). A
         ``START`` takes its row state (row -1) from the descriptor here, off the
-        front-end's paths."""
+        front-end's paths. Returns copies of ``Cat(s3.writes, s3.row_writes,
+        s3.chan)`` for the first stage's forwarding."""
         g = self._g
         LW, bb, pb = g.len_bits, g.burst_bits, g.page_bits
         p = s2.pos
@@ -174,6 +176,19 @@ class Walker(wiring.Component):
             m.d.comb += [row.row_s.eq(s2.desc.src0), row.row_d.eq(s2.desc.dst0),
                          row.rows_left.eq(s2.desc.rows)]
         win_index = p.cur_s[bb:pb] if pb > bb else Const(0, 1)
+        writes = Signal()           # the third stage will write back, and its row state
+        row_writes = Signal()
+        m.d.comb += [writes.eq(v2 & (s2.op != GrantOp.NONE)),
+                     row_writes.eq(writes & (starting | row_end))]
+        # copies for the first stage's forwarding selects, one per group of its bits:
+        # one select (from ``s3.writes``; Yosys built it from the write enable,
+        # behind ``adv``) fanned out to every bit (FPGA timing). ``chan`` loads
+        # whatever ``v2`` says: it is read only with ``writes``. The copies differ
+        # from the registers only before the first edge, which loads them (``adv``
+        # is high after reset): the front-end offers no grant then, and a channel's
+        # first grant, a ``START``, reads no walk state
+        fwd_copies = register_copies(m, Cat(writes, row_writes, s2.chan), adv,
+                                     MAX_EXTRA_COPIES, name="s3_fwd")
         with m.If(adv):
             m.d.sync += [
                 v3.eq(v2),
@@ -181,8 +196,7 @@ class Walker(wiring.Component):
                 # what raises ``walked``: a last chunk, or an empty descriptor's only one
                 s3.ends.eq(v2 & Mux(starting, s2.desc.empty, (s2.op == GrantOp.CHUNK) & desc_end)),
                 s3.emits.eq(v2 & ((s2.op == GrantOp.CHUNK) | (starting & s2.desc.empty))),
-                s3.writes.eq(v2 & (s2.op != GrantOp.NONE)),
-                s3.row_writes.eq(v2 & (s2.op != GrantOp.NONE) & (starting | row_end)),
+                s3.writes.eq(writes), s3.row_writes.eq(row_writes),
             ]
         # the rest only with a grant (don't-care otherwise: every use of it is gated by
         # the four above or by ``v3``), so Verilator skips it on idle cycles
@@ -205,6 +219,7 @@ class Walker(wiring.Component):
                 # (both compares beside the ``START`` select, not after it)
                 s3.nxt.last_row.eq(Mux(starting, s2.desc.rows == 1, s2.row.rows_left == 1)),
             ]
+        return fwd_copies
 
     def _write_back(self, m, pos_w, row_w, v3, s3, adv):
         """Stage 3: write the walk state back and emit the chunk. Every new value
