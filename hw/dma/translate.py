@@ -19,7 +19,10 @@ class Translator(wiring.Component):
     """Per-channel page cache, MMU port and fault marker.
 
     Keeps, per channel, the last source page and the last destination page
-    it translated (smallest-page granularity, frames in LUT RAM). The chunk
+    it translated (smallest-page granularity; the page numbers it compares
+    in flip-flops, all channels compared at once and the chunk's channel
+    choosing among the results, so the late ``chan`` meets no memory's read
+    address; the frames in LUT RAM). The chunk
     at the input is looked up when it is taken and registered with its hit
     flags and what it does next (leave, be dropped, or ask the MMU), so
     ``chunk.ready`` is a gate from flip-flops; a chunk on cached pages
@@ -82,8 +85,10 @@ class Translator(wiring.Component):
         g = self._g
         C, pb = g.channels, g.page_bits
         ppn_w, vpn_w = g.pa_bits - pb, g.addr_bits - pb
-        src_layout = data.StructLayout({"vpn": vpn_w, "ppn": ppn_w})
-        dst_layout = data.StructLayout({"vpn": vpn_w, "ppn": ppn_w, "dev": g.dev_bits})
+        src_layout = data.StructLayout({"ppn": ppn_w})
+        dst_layout = data.StructLayout({"ppn": ppn_w, "dev": g.dev_bits})
+        s_vpn = [Signal(vpn_w, name=f"s_vpn{c}") for c in range(C)]
+        d_vpn = [Signal(vpn_w, name=f"d_vpn{c}") for c in range(C)]
         m.submodules.src_cache = s_cache = Memory(shape=src_layout, depth=C, init=[])
         m.submodules.dst_cache = d_cache = Memory(shape=dst_layout, depth=C, init=[])
         s_r, s_w = s_cache.read_port(domain="comb"), s_cache.write_port()
@@ -121,10 +126,10 @@ class Translator(wiring.Component):
             # present one. (``clear`` names only channels with nothing in the pipe,
             # the completion's ``cleared``, so never the channel of a chunk here:
             # the check reads ``halt`` alone, not the completion's busy logic)
-            s_hit = (s_valid.bit_select(inp.chan, 1) & ~inp.first
-                     & (s_r.data.vpn == inp.src[pb:]))
-            d_hit = (d_valid.bit_select(inp.chan, 1) & ~inp.first
-                     & (d_r.data.vpn == inp.dst[pb:]))
+            s_same = Cat(*[v == inp.src[pb:] for v in s_vpn])     # every channel's compare,
+            d_same = Cat(*[v == inp.dst[pb:] for v in d_vpn])     # ``chan`` chooses after
+            s_hit = (s_valid & s_same).bit_select(inp.chan, 1) & ~inp.first
+            d_hit = (d_valid & d_same).bit_select(inp.chan, 1) & ~inp.first
             halted = self.halt.bit_select(inp.chan, 1)
             m.d.sync += [
                 ck.eq(inp), st.held.eq(self.chunk.valid),
@@ -135,7 +140,8 @@ class Translator(wiring.Component):
                 st.hits.eq(self.chunk.valid & ~halted & ~inp.empty),
             ]
         rsp, fill, faulting, side = self._translate(m, ck, st, emit, cmd_slice.i)
-        self._fill_caches(m, (s_w, s_valid), (d_w, d_valid), ck, rsp, fill, side, flush)
+        self._fill_caches(m, (s_w, s_valid, s_vpn), (d_w, d_valid, d_vpn), ck, rsp, fill, side,
+                          flush)
         m.d.sync += self.halt.eq((self.halt | Mux(faulting, 1 << ck.chan, 0)) & ~self.clear)
         return m
 
@@ -213,13 +219,18 @@ class Translator(wiring.Component):
         cache of the chunk's channel; ``flush`` (registered: the input comes
         from far away) empties both."""
         g, pb = self._g, self._g.page_bits
-        (s_w, s_valid), (d_w, d_valid) = src, dst
+        (s_w, s_valid, s_vpn), (d_w, d_valid, d_vpn) = src, dst
         m.d.comb += [
-            s_w.data.vpn.eq(ck.src[pb:]), s_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
-            d_w.data.vpn.eq(ck.dst[pb:]), d_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
-            d_w.data.dev.eq(rsp.dev),
+            s_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]),
+            d_w.data.ppn.eq(rsp.pa[pb:g.pa_bits]), d_w.data.dev.eq(rsp.dev),
             s_w.en.eq(fill & ~side), d_w.en.eq(fill & side),
         ]
+        for c, (s_page, d_page) in enumerate(zip(s_vpn, d_vpn)):
+            with m.If(fill & (ck.chan == c)):
+                with m.If(side):
+                    m.d.sync += d_page.eq(ck.dst[pb:])
+                with m.Else():
+                    m.d.sync += s_page.eq(ck.src[pb:])
         with m.If(fill & side):
             m.d.sync += d_valid.eq(d_valid | (1 << ck.chan))
         with m.If(fill & ~side):
