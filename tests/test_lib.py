@@ -290,19 +290,23 @@ def test_register_slice_moves_one_entry_a_cycle_and_flushes(late_ready):
     assert seen == list(range(10))
 
 
-@pytest.mark.parametrize("late_ready,urgent,groups", [
-    (True, (), 1), (True, ("b",), 1), (True, ("a", "b"), 1),
-    (False, (), 3), (False, (), 8), (True, (), 8), (True, ("b",), 3)])
-def test_register_slice_variants_match_cycle_for_cycle(late_ready, urgent, groups):
+@pytest.mark.parametrize("late_ready,urgent,groups,route", [
+    (True, (), 1, None), (True, ("b",), 1, None), (True, ("a", "b"), 1, None),
+    (False, (), 3, None), (False, (), 8, None), (True, (), 8, None), (True, ("b",), 3, None),
+    (True, ("b",), 4, ("b", 6)), (True, (), 1, ("a", 32))])
+def test_register_slice_variants_match_cycle_for_cycle(late_ready, urgent, groups, route):
     """``late_ready=True`` changes only where o.ready goes, never what is seen;
     neither do urgent fields (read through their own copy of the pointer) nor
-    payload groups (each with control flip-flops of its own)."""
+    payload groups (each with control flip-flops of its own). ``o_route`` is
+    the plain slice's ``o.valid`` decoded by the field (a value past the
+    route's width: no bit)."""
     from amaranth.hdl import Module
     layout = data.StructLayout({"a": 5, "b": 3})
     m = Module()
     m.submodules.a = a = RegisterSlice(layout)
-    m.submodules.b = b = RegisterSlice(layout, late_ready=late_ready, urgent=urgent, groups=groups)
-    assert (b.urgent, b.groups) == (urgent, groups)
+    m.submodules.b = b = RegisterSlice(layout, late_ready=late_ready, urgent=urgent, groups=groups,
+                                       route=route)
+    assert (b.urgent, b.groups, b.route) == (urgent, groups, route)
     rng = random.Random(7 + groups)
 
     async def tb(ctx):
@@ -318,6 +322,11 @@ def test_register_slice_variants_match_cycle_for_cycle(late_ready, urgent, group
             if ctx.get(a.o.valid):
                 pa, pb = ctx.get(a.o.payload), ctx.get(b.o.payload)
                 assert (pa.a, pa.b) == (pb.a, pb.b)
+            if route is not None:
+                field, n = route
+                value = getattr(ctx.get(a.o.payload), field)
+                want = 1 << value if ctx.get(a.o.valid) and value < n else 0
+                assert ctx.get(b.o_route) == want
             await ctx.tick()
 
     run_simulation(m, [tb])
@@ -351,6 +360,12 @@ def test_register_slice_rejects_bad_urgent_fields():
         RegisterSlice(layout, urgent=("a",))
     with pytest.raises(ValueError, match=r"Urgent fields \['c'\] are not fields"):
         RegisterSlice(layout, late_ready=True, urgent=("c",))
+    with pytest.raises(ValueError, match="A route needs late_ready=True"):
+        RegisterSlice(layout, route=("a", 4))
+    with pytest.raises(ValueError, match=r"Route field 'c' is not a field"):
+        RegisterSlice(layout, late_ready=True, route=("c", 4))
+    with pytest.raises(ValueError, match=r"Route width must be a positive integer, not 0"):
+        RegisterSlice(layout, late_ready=True, route=("a", 0))
 
 
 def test_register_slice_rejects_an_empty_payload():

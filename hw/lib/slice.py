@@ -1,7 +1,7 @@
 """The register slice: a stream stage that cuts every combinational path."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -61,9 +61,17 @@ class RegisterSlice(wiring.Component):
     ``o.valid``'s, read a copy of the read pointer of their own (stored
     inverted, so synthesis keeps both), so those fields wait on a
     flip-flop that drives a few selects, not every payload bit's.
+
+    ``route=(field, n)`` (with ``late_ready``) adds ``o_route``, ``o.valid``
+    decoded by a ``data`` layout field: bit ``k`` is high while ``o`` holds
+    an entry whose ``field`` is ``k``. Each entry keeps its decoded field,
+    valid bit included, in flip-flops of its own, so a receiver that steers
+    the entry by that field (a write enable per queue) starts one
+    multiplexer level from flip-flops, not a decode of the selected field.
     """
 
-    def __init__(self, shape, *, late_ready=False, urgent=(), payload_init=0, groups=1):
+    def __init__(self, shape, *, late_ready=False, urgent=(), payload_init=0, groups=1,
+                 route=None):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Register slice payload must be at least 1 bit wide, not {shape!r}")
@@ -84,16 +92,28 @@ class RegisterSlice(wiring.Component):
             if unknown:
                 raise ValueError(f"Urgent fields {unknown!r} are not fields of the payload "
                                  f"layout (fields: {sorted(fields)})")
+        if route is not None:
+            if not late_ready:
+                raise ValueError("A route needs late_ready=True (it decodes the two-register queue's entries)")
+            field, n = route
+            if field not in dict(getattr(shape, "members", {}) or {}):
+                raise ValueError(f"Route field {field!r} is not a field of the payload layout")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"Route width must be a positive integer, not {n!r}")
+        self._route = route
         self._shape = shape
         self._late_ready = bool(late_ready)
         self._urgent = urgent
         self._payload_init = payload_init
         self._groups = groups
-        super().__init__({
+        members = {
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
             "flush": In(1),
-        })
+        }
+        if route is not None:
+            members["o_route"] = Out(route[1])
+        super().__init__(members)
 
     shape = property(lambda self: self._shape, doc="Payload shape.")
     late_ready = property(lambda self: self._late_ready,
@@ -104,6 +124,8 @@ class RegisterSlice(wiring.Component):
                             doc="Reset value of the payload registers.")
     groups = property(lambda self: self._groups,
                       doc="Payload bit groups with control flip-flops of their own.")
+    route = property(lambda self: self._route,
+                     doc="(field, n): ``o_route`` decodes ``o.valid`` by that field.")
 
     def _payload_register(self, name):
         """A register of the payload's shape, reset to :attr:`payload_init`."""
@@ -181,6 +203,27 @@ class RegisterSlice(wiring.Component):
                     m.d.sync += rd_urgent_n.eq(1)
                 if self._urgent:         # o.valid is as urgent as any field
                     m.d.comb += self.o.valid.eq(Mux(rd_urgent_n, full[0], full[1]))
+                if self._route is not None:
+                    self._route_entries(m, (wr, taken_in), (rd_urgent_n, taken_out))
         for name in self._urgent:
             m.d.comb += self.o.payload[name].eq(Mux(rd_urgent_n, entry[0][name], entry[1][name]))
         return m
+
+    def _route_entries(self, m, write, read):
+        """Per entry, its ``route`` field decoded and gated by its valid bit,
+        updated with group 0's: set as the entry is written, cleared as it
+        is read; ``o_route`` selects the older entry's."""
+        (wr, taken_in), (rd_n, taken_out) = write, read
+        field, n = self._route
+        routed = [Signal(n, name=f"route{k}") for k in range(2)]
+        m.d.comb += self.o_route.eq(Mux(rd_n, routed[0], routed[1]))
+        decoded = Cat(self.i.payload[field] == k for k in range(n))
+        for k in range(2):
+            # (an entry is written only while free and read only while full:
+            # never both in one cycle)
+            with m.If(taken_in & (wr == k)):
+                m.d.sync += routed[k].eq(decoded)
+            with m.Elif(taken_out & (rd_n != k)):        # (rd_n is ~rd)
+                m.d.sync += routed[k].eq(0)
+        with m.If(self.flush):
+            m.d.sync += [r.eq(0) for r in routed]
