@@ -97,7 +97,7 @@ class DescriptorFeeder(wiring.Component):
         st = self.chan_status
         layout = CopyDescriptor(arch, C)
         m.submodules.arbiter = arb = RoundRobin(C)
-        w, in_slice = self._input_slice(m, layout)
+        w, w_route, in_slice = self._input_slice(m, layout)
         # the offer: one register, loaded only while empty, so its enable comes
         # from flip-flops and the DMA's ready (which depends on the offered
         # channel) reaches only the offer's valid bit and the take counts
@@ -146,7 +146,7 @@ class DescriptorFeeder(wiring.Component):
             with m.If(self.flush):
                 m.d.sync += [in_flight.eq(0), took.eq(0)]
             m.d.comb += [
-                q.w.valid.eq(w.valid & (w.p.chan == c)),
+                q.w.valid.eq(w_route[c]),
                 q.w.payload.eq(w.payload),
                 w_ready[c].eq(q.w.ready),
                 empty[c].eq(~q.r.valid),
@@ -184,22 +184,25 @@ class DescriptorFeeder(wiring.Component):
         levels) start from its registers, and the COPY's retire waits only on
         its ready, never on a queue chosen by the word (late-ready: a queue's
         late ``w.ready`` reaches the slice's pointers, not its entries'
-        enables). Returns its output and the channels it holds a descriptor
-        of (with both entries full, the younger one counts for every channel:
-        a channel is then never done too early)."""
+        enables). Returns its output, its output's valid decoded by channel,
+        and the channels it holds a descriptor of (with both entries full, the
+        younger one counts for every channel: a channel is then never done too
+        early)."""
         C = self._arch.channels
         # (a few hundred bits: four groups, so no control flip-flop drives every enable;
         # ``chan`` picks the queue whose write enable it drives: it reads a copy of the
         # read pointer of its own, not the one selecting a quarter of the payload)
+        # (``route``: per channel, "the slice offers a word for it" from flip-flops
+        # through one multiplexer: a queue's write enable, into ~54 LUT-RAM
+        # columns, is then one LUT from flip-flops, not a decode of ``chan``)
         m.submodules.w_slice = w_slice = RegisterSlice(layout, late_ready=True, groups=4,
-                                                       urgent=("chan",))
+                                                       urgent=("chan",), route=("chan", C))
         wiring.connect(m, wiring.flipped(self.w), w_slice.i)
         m.d.comb += w_slice.flush.eq(self.flush)
         w = w_slice.o
         in_slice = Signal(C)
-        m.d.comb += in_slice.eq(Mux(w.valid, 1 << w.p.chan, 0)
-                                | Mux(w_slice.i.ready, 0, (1 << C) - 1))
-        return w, in_slice
+        m.d.comb += in_slice.eq(w_slice.o_route | Mux(w_slice.i.ready, 0, (1 << C) - 1))
+        return w, w_slice.o_route, in_slice
 
     def _load_offer(self, m, offer, head, push, taken):
         """The offer's payload loads in every cycle it is empty (what it loads
