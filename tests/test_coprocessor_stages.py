@@ -321,8 +321,12 @@ def test_feeder_per_channel_order_and_offers_only_what_the_dma_has_room_for():
                     done[ch] += 1
 
     async def waiter(ctx):
-        while not (sum(len(v) for v in taken.values()) == len(descs) and ctx.get(dut.done) == 7):
+        # (~180 cycles: a feeder that loses count of its offers stalls; fail, don't hang)
+        for _ in range(2000):
+            if sum(len(v) for v in taken.values()) == len(descs) and ctx.get(dut.done) == 7:
+                return
             await ctx.tick()
+        raise AssertionError("the feeder stalled")
 
     run_simulation(dut, [producer, waiter], [dma, stream_monitor(dut.desc, log=[], name="desc")])
     for c in range(3):

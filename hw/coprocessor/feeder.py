@@ -116,6 +116,16 @@ class DescriptorFeeder(wiring.Component):
             m.d.sync += [picked.eq(arb.valid), pick.eq(arb.grant),
                          chosen.eq(Mux(arb.valid, 1 << arb.grant, 0))]
         taken = self.desc.valid & self.desc.ready
+        # the offer's valid bit decoded by its channel (``chosen`` as it is pushed:
+        # queue c holds channel c's words only), so a channel's take count is
+        # the DMA's ready (late: it decodes the offer's channel) and a flip-flop
+        offered_to = Signal(C)
+        with m.If(self.flush):
+            m.d.sync += offered_to.eq(0)
+        with m.Elif(push):
+            m.d.sync += offered_to.eq(chosen)
+        with m.Elif(taken):
+            m.d.sync += offered_to.eq(0)
         flushed = Signal()      # a take in a flush cycle is not in ``slots``: skip a cycle
         m.d.sync += flushed.eq(self.flush)
         eligible = Signal(C)
@@ -131,7 +141,7 @@ class DescriptorFeeder(wiring.Component):
             heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")
-            gone = taken & (self.desc.p.chan == c)
+            gone = offered_to[c] & self.desc.ready
             # The DMA's free slots and the channel's offers, both registered before
             # the take of their cycle is subtracted: a take lowers both by one, so
             # "a free slot beyond the offers" compares them as they are, and the
