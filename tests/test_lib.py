@@ -119,16 +119,19 @@ def test_queue_keeps_order_under_back_pressure(depth, buffered, registered_head,
 
 _QUEUE_VARIANTS = {"registered_head": {"registered_head": True},
                    "registered_flags": {"registered_flags": True},
-                   "read_copies": {"registered_flags": True, "read_copies": 4}}
+                   "read_copies": {"registered_flags": True, "read_copies": 4},
+                   "write_free": {"registered_flags": True, "read_copies": 4, "write_free": True}}
 
 
 @pytest.mark.parametrize("buffered,variant", [(False, "registered_head"), (False, "registered_flags"),
-                                              (True, "registered_flags"), (False, "read_copies")])
+                                              (True, "registered_flags"), (False, "read_copies"),
+                                              (False, "write_free")])
 @pytest.mark.parametrize("depth", [1, 2, 3, 8])
 def test_queue_variants_match_plain_queue_cycle_for_cycle(depth, buffered, variant):
     """The registered head changes where the oldest entry is kept, the
     registered flags where ``w.ready`` and ``r.valid`` come from, the read
-    copies which pointer reads which columns; never what either side sees in
+    copies which pointer reads which columns, free writes when the memory is
+    written (a free slot only); never what either side sees in
     any cycle (against the plain queue of the same ``buffered``: Amaranth's
     ``SyncFIFO`` or ``SyncFIFOBuffered``)."""
     from amaranth.hdl import Module
@@ -186,6 +189,8 @@ def test_queue_rejects_bad_arguments():
         Queue(8, 4, registered_flags=True, read_copies=2)
     with pytest.raises(ValueError, match=r"Read copies \(4\) cannot exceed the payload's 3 bits"):
         Queue(3, 4, buffered=False, registered_flags=True, read_copies=4)
+    with pytest.raises(ValueError, match=r"Free writes are for a fall-through queue with registered flags"):
+        Queue(8, 4, buffered=False, write_free=True)
 
 
 def _run_comb(dut, tb):

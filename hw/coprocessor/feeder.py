@@ -136,8 +136,10 @@ class DescriptorFeeder(wiring.Component):
             # (its flags are registers: the level's compares, read by ``done``, the
             # arbiter and ``w.ready``, had stretched the level's own loop on the board;
             # four read pointers: one drove all 54 LUT-RAM columns' read addresses)
+            # (write_free: every LUT-RAM column's write enable is the queue's not-full
+            # flip-flop, not the push decoded from the input slice)
             m.submodules[f"queue{c}"] = q = Queue(layout, self._depth, buffered=False, registered_flags=True,
-                                                  read_copies=4)
+                                                  read_copies=4, write_free=True)
             heads.append(q.r.payload)
             issued = Signal(count_shape, name=f"issued{c}")      # left the queue
             pop = Signal(name=f"pop{c}")

@@ -49,6 +49,15 @@ class Queue(wiring.Component):
         copy of the read pointer (default 1). Same cycles; for a wide
         queue in LUT RAM, where one pointer drives every column's read
         address across the chip (FPGA timing).
+    write_free : bool
+        With ``registered_flags`` on a fall-through queue: the memory's
+        write enable is the not-full flip-flop, so the free slot at the
+        write pointer takes ``w.payload`` in every cycle the queue has room,
+        and an entry is made only by a push (the pointer moves) (default
+        False). Same handshakes, levels and entries; only ``r.payload``
+        while ``r.valid`` is low may differ (the last word offered, not a
+        stale one). For a wide queue in LUT RAM whose ``w.valid`` is
+        decoded: the enable of every column comes from a flip-flop.
 
     Interface attributes
     --------------------
@@ -61,7 +70,7 @@ class Queue(wiring.Component):
     """
 
     def __init__(self, shape, depth, *, buffered=True, registered_head=False, registered_flags=False,
-                 read_copies=1):
+                 read_copies=1, write_free=False):
         width = Shape.cast(shape).width
         if width < 1:
             raise ValueError(f"Queue payload must be at least 1 bit wide, not {shape!r}")
@@ -77,6 +86,8 @@ class Queue(wiring.Component):
                              f"not {read_copies!r}")
         if read_copies > 1 and (buffered or not registered_flags):
             raise ValueError("Read copies are for a fall-through queue with registered flags")
+        if write_free and (buffered or not registered_flags):
+            raise ValueError("Free writes are for a fall-through queue with registered flags")
         if read_copies > width:
             raise ValueError(f"Read copies ({read_copies}) cannot exceed the payload's {width} bits")
         self._shape = shape
@@ -85,6 +96,7 @@ class Queue(wiring.Component):
         self._registered_head = bool(registered_head)
         self._registered_flags = bool(registered_flags)
         self._read_copies = read_copies
+        self._write_free = bool(write_free)
         super().__init__({
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
@@ -100,6 +112,8 @@ class Queue(wiring.Component):
                                 doc="``w.ready`` and ``r.valid`` are flip-flops.")
     read_copies = property(lambda self: self._read_copies,
                            doc="Copies of the read pointer, each reading a column group.")
+    write_free = property(lambda self: self._write_free,
+                          doc="The memory is written whenever the queue has room.")
 
     def elaborate(self, platform):
         if self._registered_head:
@@ -175,12 +189,14 @@ class Queue(wiring.Component):
         # it from the first edge on (before it the queue is empty: nothing to read)
         pointers = [r_ptr] + register_copies(m, r_next, 1, self._read_copies - 1, name="r_ptr_copy")
         columns = bit_groups(Shape.cast(self._shape).width, len(pointers))
+        # (with write_free: writing the free slot is harmless, only the pointer makes an entry)
+        write = not_full if self._write_free else push
         for k, (ptr, (lo, hi)) in enumerate(zip(pointers, columns)):
             mem = Memory(shape=hi - lo, depth=depth, init=[])
             m.submodules["mem" if k == 0 else f"mem{k}"] = mem
             wport, rport = mem.write_port(), mem.read_port(domain="comb")
             m.d.comb += [wport.addr.eq(w_ptr), wport.data.eq(Value.cast(self.w.payload)[lo:hi]),
-                         wport.en.eq(push), rport.addr.eq(ptr),
+                         wport.en.eq(write), rport.addr.eq(ptr),
                          Value.cast(self.r.payload)[lo:hi].eq(rport.data)]
         with m.If(push):
             m.d.sync += w_ptr.eq(Mux(w_ptr == depth - 1, 0, w_ptr + 1))
