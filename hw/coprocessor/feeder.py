@@ -25,7 +25,10 @@ class DescriptorFeeder(wiring.Component):
     others). The queues read first-word fall-through (LUT RAM read
     without an output register), so a pop moves only a read pointer: a
     registered read side would make every pop an enable of a
-    descriptor-wide register. A channel *qualifies* when its queue is not empty, the DMA
+    descriptor-wide register. A queue's LUT RAM is written whenever it has
+    room (``write_free``: its write enable is a flip-flop), and its push is
+    the slice's ``route`` for it (flip-flops, one multiplexer) and its
+    not-full flag. A channel *qualifies* when its queue is not empty, the DMA
     has a free slot for its next descriptor or it has faulted (the DMA
     takes, and drops, anything then), and it is not the registered pick. The
     free slots are counted from registers: the DMA's ``free_slots`` of the
