@@ -3,7 +3,9 @@ and the MMU; the first fault of a channel becomes a marker in the command
 stream."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -13,6 +15,21 @@ from ..lib import RegisterSlice
 from .layouts import Chunk, CmdKind, Command, Event
 
 __all__ = ["Translator"]
+
+
+def _frame_table(m, name, layout, depth):
+    """A table of ``layout`` per channel in LUT RAM: its read port
+    (combinational) and write port, as signals. No memory at all when the
+    layout has no bits (one device with a one-page memory): the read data is
+    then empty."""
+    r = SimpleNamespace(addr=Signal(range(depth)), data=Signal(layout))
+    w = SimpleNamespace(addr=Signal(range(depth)), data=Signal(layout), en=Signal())
+    if Shape.cast(layout).width:
+        m.submodules[name] = table = Memory(shape=layout, depth=depth, init=[])
+        rp, wp = table.read_port(domain="comb"), table.write_port()
+        m.d.comb += [rp.addr.eq(r.addr), r.data.eq(rp.data),
+                     wp.addr.eq(w.addr), wp.data.eq(w.data), wp.en.eq(w.en)]
+    return r, w
 
 
 class Translator(wiring.Component):
@@ -89,10 +106,8 @@ class Translator(wiring.Component):
         dst_layout = data.StructLayout({"ppn": ppn_w, "dev": g.dev_bits})
         s_vpn = [Signal(vpn_w, name=f"s_vpn{c}") for c in range(C)]
         d_vpn = [Signal(vpn_w, name=f"d_vpn{c}") for c in range(C)]
-        m.submodules.src_cache = s_cache = Memory(shape=src_layout, depth=C, init=[])
-        m.submodules.dst_cache = d_cache = Memory(shape=dst_layout, depth=C, init=[])
-        s_r, s_w = s_cache.read_port(domain="comb"), s_cache.write_port()
-        d_r, d_w = d_cache.read_port(domain="comb"), d_cache.write_port()
+        s_r, s_w = _frame_table(m, "src_cache", src_layout, C)
+        d_r, d_w = _frame_table(m, "dst_cache", dst_layout, C)
         s_valid = Signal(C)
         d_valid = Signal(C)
 
