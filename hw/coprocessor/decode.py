@@ -267,12 +267,8 @@ class Decoder(wiring.Component):
         m = Module()
         arch = self._arch
         m.submodules.checks = checks = FieldChecks(arch)
-        # (a few hundred bits: four groups, so no control flip-flop drives every
-        # enable; late-ready, so the checks end at the entries' inputs, not in
-        # the skid slice's input multiplexer: the selecting multiplexer is in
-        # the second stage, which is the shorter)
-        m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words), groups=4,
-                                                       late_ready=True)
+        # (a few hundred bits: four groups, so no control flip-flop drives every enable)
+        m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words), groups=4)
         m.submodules.select = select = CauseSelect(arch)
         wiring.connect(m, wiring.flipped(self.i), checks.i)
         wiring.connect(m, checks.o, checked.i)
