@@ -83,20 +83,21 @@ class RegisterSlice(wiring.Component):
             raise ValueError(f"Payload reset value must be an integer in 0..2**{width}-1, "
                              f"not {payload_init!r}")
         urgent = tuple(urgent)
+        fields = dict(getattr(shape, "members", {}) or {})     # (none for a plain shape)
         if urgent:
             if not late_ready:
                 raise ValueError("Urgent fields need late_ready=True (a skid slice's output "
                                  "has no multiplexer)")
-            fields = dict(getattr(shape, "members", {}) or {})
             unknown = [f for f in urgent if f not in fields]
             if unknown:
                 raise ValueError(f"Urgent fields {unknown!r} are not fields of the payload "
                                  f"layout (fields: {sorted(fields)})")
         if route is not None:
             if not late_ready:
-                raise ValueError("A route needs late_ready=True (it decodes the two-register queue's entries)")
+                raise ValueError("A route needs late_ready=True (it decodes the two-register "
+                                 "queue's entries)")
             field, n = route
-            if field not in dict(getattr(shape, "members", {}) or {}):
+            if field not in fields:
                 raise ValueError(f"Route field {field!r} is not a field of the payload layout")
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"Route width must be a positive integer, not {n!r}")
