@@ -4,6 +4,7 @@ random idle cycles and back-pressure (an offer that is not taken stays, with
 the same payload, until it is), and what it must deliver."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -13,12 +14,13 @@ from amaranth.lib import data
 from gen.simkit import run_simulation, stream_get, stream_put, stream_monitor
 from hw.coprocessor.common import CauseCode, StatusCode, UnitInsn, dispatch_of, unit_insn_of
 from hw.coprocessor.counters import Counters
-from hw.coprocessor.decode import CauseSelect, Decoder, FieldChecks
+from hw.coprocessor.decode import CauseSelect, Decoder, PcChecks
 from hw.coprocessor.faults import FaultQueue
 from hw.coprocessor.feeder import DescriptorFeeder
 from hw.coprocessor.fetch import Fetch
 from hw.coprocessor.issue import CopyIssue
 from hw.coprocessor.mmu_cmd import MmuCommandUnit
+from hw.coprocessor.predecode import PredecodedWord, Predecoder, predecode, predecoded_entry
 from hw.coprocessor.sequencer import UNIT_OPS, Sequencer
 from hw.coprocessor.sync import SyncUnit
 from hw.isa import FORMATS, ISA_VERSION, OPCODE_BITS, ArchParams, Cause, Op, Status, encode
@@ -59,22 +61,22 @@ def random_copy(rng, arch=ARCH, chan=None):
 
 # ------------------------------------------------------------------ fetch
 def test_fetch_synthesizes_without_collision_flip_flops(tmp_path):
-    """From RTLIL, as the board builds read it, Yosys emulates a read that
-    meets a write (old data) with a word of flip-flops each side of the
-    block RAM unless the memory says collisions never happen and the read
-    register is its to merge (a combinational port and a register): what is
-    left is the output register and the write register, a word each."""
+    """From RTLIL, as the board builds read it, the block RAM takes the read
+    register (``read_word``) and no flip-flops emulate a read that meets a
+    write: what is left is the output register and the predecoder's three
+    write stages (1,165 bits; the read register as flip-flops would add a
+    stored word, 279, and the old-data emulation a word each side)."""
     from yosys_stat import ecp5_cells
-    cells = ecp5_cells(tmp_path, Fetch(512, [1, 2, 3]), "fetch", "DP16KD", "TRELLIS_FF",
-                       via="rtlil")
-    assert cells["DP16KD"] == 8                            # 256 bits in 36-bit block RAMs
-    assert cells["TRELLIS_FF"] < 3 * 256                   # 554 (the emulation: 811)
+    cells = ecp5_cells(tmp_path, Fetch(dataclasses.replace(ARCH, imem_words=512), [1, 2, 3]),
+                       "fetch", "DP16KD", "TRELLIS_FF", via="rtlil")
+    assert cells["DP16KD"] == 8                      # 279 bits in 36-bit block RAMs
+    assert cells["TRELLIS_FF"] < 1165 + PredecodedWord().size
 
 
 def test_fetch_streams_the_program_in_order_and_takes_host_writes_only_when_stopped():
     rng = random.Random(1)
     prog = [rng.getrandbits(256) for _ in range(10)]
-    dut = Fetch(16, prog)
+    dut = Fetch(ARCH, prog)
     seen = []
 
     async def tb(ctx):
@@ -97,14 +99,17 @@ def test_fetch_streams_the_program_in_order_and_takes_host_writes_only_when_stop
 
     run_simulation(dut, [tb], [stream_monitor(dut.insn, log=seen, name="insn")])
     words = prog + [0, 0, 0x1234, 0, 0, 0]
-    got = [(v & 0x1f, v >> 5) for v in seen]
+    got = [(v & 0x1f, (v >> 5) & ((1 << 256) - 1)) for v in seen]
     assert got[:16] == [(i, w) for i, w in enumerate(words)]
     assert got[16][0] == 16 and got[17] == (0, prog[0]) and len(got) == 18
+    # each word with its checks: the initial image's made at elaboration, the
+    # host's word (at 12) by the predecoder on its way in
+    assert [v >> 5 for v in seen[:16]] == [predecoded_entry(ARCH, w) for w in words]
 
 
 def test_fetch_reads_ahead_one_word_a_cycle():
     prog = list(range(1, 9))
-    dut = Fetch(8, prog)
+    dut = Fetch(dataclasses.replace(ARCH, imem_words=8), prog)
     arrivals = []
 
     async def tb(ctx):
@@ -121,6 +126,51 @@ def test_fetch_reads_ahead_one_word_a_cycle():
 
 
 # ------------------------------------------------------------------ decode
+def _edge_words(rng, per_op=12):
+    """Words of every opcode, each field 0, 1, all ones or random, some with a
+    reserved bit set; and a few words of no opcode."""
+    words = []
+    for op in FORMATS:
+        for _ in range(per_op):
+            fields = {f.name: rng.choice([0, 1, rng.getrandbits(f.width), f.mask])
+                      for f in FORMATS[op]}
+            w = encode(op, **fields)
+            if rng.random() < 0.2:
+                w |= 1 << rng.randrange(8, 256)
+            words.append(w)
+    return words + [0, 0x0c, 0xff, (1 << 256) - 1]
+
+
+@pytest.mark.parametrize("addr_bits", [20, 48])
+def test_predecoder_agrees_with_the_initial_images_predecode(addr_bits):
+    """A host write's checks (the predecoder, three stages, a write a cycle)
+    are the initial image's (``predecode``), word for word and in order."""
+    rng = random.Random(addr_bits)
+    arch = dataclasses.replace(ARCH, addr_bits=addr_bits)
+    words = _edge_words(rng)
+    dut = Predecoder(arch)
+    got = []
+
+    async def tb(ctx):
+        for k, w in enumerate(words + [None] * 4):
+            if w is not None:
+                await stream_put(ctx, dut.i, {"addr": k % arch.imem_words, "data": w},
+                                 rng=rng, idle_prob=0.3)
+            else:
+                await ctx.tick()
+        assert not ctx.get(dut.busy)
+
+    async def out(ctx):
+        async for clk, _, valid, addr, entry in ctx.tick().sample(dut.o.valid, dut.o.p.addr,
+                                                                  dut.o.p.data.as_value()):
+            if valid:
+                got.append((addr, entry))
+
+    run_simulation(clocked(dut), [tb], [out])
+    assert got == [(k % arch.imem_words, predecoded_entry(arch, w)) for k, w in enumerate(words)]
+    assert {predecode(arch, w)["clean"] for w in words} == {0, 1}
+
+
 def test_decoder_causes_match_the_golden_model():
     from model.golden import GoldenSystem
     rng = random.Random(2)
@@ -153,7 +203,8 @@ def test_decoder_causes_match_the_golden_model():
 
     async def producer(ctx):
         for pc, w in cases:
-            await stream_put(ctx, dut.i, {"pc": pc, "word": {"bits": w}}, rng=rng, idle_prob=0.3)
+            await stream_put(ctx, dut.i, {"pc": pc, "word": {"bits": w}, "pre": predecode(arch, w)},
+                             rng=rng, idle_prob=0.3)
 
     async def consumer(ctx):
         for _ in cases:
@@ -174,7 +225,7 @@ def test_decoder_causes_match_the_golden_model():
 
 
 def test_decoder_stages_check_their_arch():
-    for cls in (Decoder, FieldChecks, CauseSelect):
+    for cls in (Decoder, PcChecks, CauseSelect, Predecoder, Fetch):
         with pytest.raises(TypeError, match="arch must be an ArchParams, not 'x'"):
             cls("x")
 

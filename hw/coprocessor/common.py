@@ -11,7 +11,7 @@ from ..isa import COPY_OPS, FORMATS, OPCODE_BITS, WORD_BITS, Cause, Op, Status, 
 from ..lib import chan_bits, dev_bits, sem_bits
 
 __all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
-           "InstructionWord", "ImemWrite", "SignalMessage", "Fetched", "UNIT_OPS", "Dispatch",
+           "InstructionWord", "ImemWrite", "SignalMessage", "UNIT_OPS", "Dispatch",
            "dispatch_of", "OpFlags", "UnitInsn", "unit_insn_of", "Decoded", "StopRequest",
            "WriteBeatSignature", "semaphore_shape", "beat_bytes",
            "first_fault_cause"]
@@ -55,12 +55,6 @@ class SignalMessage(data.StructLayout):
     """A ``SIGNAL``: destination device and semaphore index."""
     def __init__(self, arch):
         super().__init__({"dev": dev_bits(arch), "sem": sem_bits(arch)})
-
-
-class Fetched(data.StructLayout):
-    """An instruction word as fetched, with its address."""
-    def __init__(self, imem_words):
-        super().__init__({"pc": range(imem_words + 1), "word": InstructionWord()})
 
 
 #: The opcodes each execution unit executes; VERSION retires in the sequencer.

@@ -1,44 +1,21 @@
 """Decode: the illegal-instruction checks, in ``model/golden.py``'s order."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
-from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OP_SINCE, SUPPORTED_VERSIONS, WORD_BITS,
-                   ArchParams, Cause, Op, field_of, reserved_mask)
-from ..lib import RegisterSlice, page_offset_mask
-from .common import UNIT_OPS, CauseCode, Decoded, Fetched, InstructionWord
+from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, ArchParams, Cause, Op, field_of
+from ..lib import RegisterSlice
+from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord
+from .predecode import FIELD_CHECKS, Fetched, Predecoded, early_checks
 
-__all__ = ["Decoder", "FieldChecks", "CauseSelect", "Checked", "FIELD_CHECKS"]
+__all__ = ["Decoder", "PcChecks", "CauseSelect", "Checked"]
 
-#: The field checks of every opcode, in the order they are made (after the
-#: reserved bits): ``(field, rule)``. A rule is an ``ArchParams`` count (the
-#: field must be below it), ``"version"`` (a supported version at word 0, the
-#: program's version later), ``"address"`` (fits ``addr_bits``), ``"aligned"``
-#: (to the page of the instruction's ``size`` field) or ``"element"`` (a
-#: multiple of the reduce copy's element size, ``hw.isa.ELEMENT_BYTES``).
-_COPY_CHECKS = (("chan", "channels"), ("ctx", "contexts"), ("src", "address"),
-                ("dst", "address"))
-_ELEMENT_CHECKS = tuple((name, "element") for name in ELEMENT_FIELDS)
-FIELD_CHECKS = {
-    Op.VERSION: (("version", "version"),),
-    Op.COPY: _COPY_CHECKS,
-    Op.COPY_ADD_F32: _COPY_CHECKS + _ELEMENT_CHECKS,
-    Op.COPY_ADD_BF16: _COPY_CHECKS + _ELEMENT_CHECKS,
-    Op.REMAP: (("ctx", "contexts"), ("dev", "devices"), ("va", "address"), ("va", "aligned"),
-               ("pa", "address"), ("pa", "aligned")),
-    Op.INVAL: (("ctx", "contexts"), ("va", "address"), ("va", "aligned")),
-    Op.SIGNAL: (("dev", "devices"), ("sem", "semaphores")),
-    Op.WAIT: (("sem", "semaphores"),),
-    Op.COMMIT: (("ctx", "contexts"),),
-}
 _LIMIT_CAUSE = {"channels": Cause.BAD_CHANNEL, "contexts": Cause.BAD_CONTEXT,
                 "devices": Cause.BAD_DEVICE, "semaphores": Cause.BAD_SEMAPHORE}
-for _op, _checks in FIELD_CHECKS.items():          # every checked field is in the ISA table
-    for _name, _ in _checks:
-        field_of(_op, _name)
+_RULE_CAUSE = {"address": Cause.ADDRESS_WIDTH, "aligned": Cause.MISALIGNED,
+               "element": Cause.MISALIGNED, **_LIMIT_CAUSE}
 
 
 def _check_arch(arch):
@@ -46,50 +23,20 @@ def _check_arch(arch):
         raise TypeError(f"arch must be an ArchParams, not {arch!r}")
 
 
-def _early_checks(op):
-    """The checks of ``op`` made in the first stage, in table order: the
-    reserved bits, then every field check of :data:`FIELD_CHECKS` but the
-    ``"version"`` rule (it needs the program's version): ``(field, rule)``,
-    ``None`` for the reserved bits."""
-    return [None] + [(name, rule) for name, rule in FIELD_CHECKS.get(op, ()) if rule != "version"]
-
-
-def _field_violation(arch, op, f, name, rule):
-    """The condition that field ``name`` of the view ``f`` breaks ``rule``."""
-    A, v = arch.addr_bits, getattr(f, name)
-    if rule == "address":
-        return v[A:].any() if A < field_of(op, name).width else Const(0)
-    if rule == "aligned":
-        return (v[:A] & page_offset_mask(arch.page_sizes, f.size)) != 0
-    if rule == "element":
-        return v[:exact_log2(ELEMENT_BYTES[op])].any()
-    return v >= getattr(arch, rule)
-
-
-_RULE_CAUSE = {"address": Cause.ADDRESS_WIDTH, "aligned": Cause.MISALIGNED,
-               "element": Cause.MISALIGNED, **_LIMIT_CAUSE}
-
-
 class Checked(data.StructLayout):
-    """A fetched instruction with the result of every first-stage check of every
-    opcode (``fails.<op>``: bit *k* is check *k* of :func:`_early_checks`), and
-    what the second stage decides with, worked out from the word and ``pc``
-    here so that it starts from flip-flops: ``is_op.<op>`` (the opcode is
-    ``op``), ``clean.<op>`` (it is, and none of its first-stage checks
-    failed), ``first`` (``pc`` is 0), ``overflow`` (``pc`` is past the
-    instruction memory) and ``fence_all`` (the FENCE mask is 0)."""
+    """A fetched instruction (its word's checks predecoded, ``pre``) with what
+    the second stage decides with about its address, worked out here so that
+    it starts from flip-flops: ``first`` (``pc`` is 0) and ``overflow``
+    (``pc`` is past the instruction memory)."""
     def __init__(self, imem_words):
-        fails = {op.name.lower(): len(_early_checks(op)) for op in FORMATS}
-        per_op = data.StructLayout({op.name.lower(): 1 for op in FORMATS})
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
-                          "fails": data.StructLayout(fails), "is_op": per_op, "clean": per_op,
-                          "first": 1, "overflow": 1, "fence_all": 1})
+                          "pre": Predecoded(), "first": 1, "overflow": 1})
 
 
-class FieldChecks(wiring.Component):
-    """First decode stage (combinational): every check that needs only the word
-    (reserved bits, field limits, widths, alignment), for every opcode's view
-    of it at once; which of them counts is decided in the next stage.
+class PcChecks(wiring.Component):
+    """First decode stage (combinational): the checks of the instruction's
+    address (the word's own were made before it was stored,
+    :mod:`.predecode`).
 
     Interface attributes
     --------------------
@@ -107,25 +54,10 @@ class FieldChecks(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        word, pc, o = self.i.p.word, self.i.p.pc, self.o.p
+        i, o = self.i.p, self.o.p
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
-                     o.pc.eq(pc), o.word.eq(word),
-                     o.first.eq(pc == 0), o.overflow.eq(pc >= self._arch.imem_words),
-                     o.fence_all.eq(word.fence.mask == 0)]
-        for op in FORMATS:
-            name = op.name.lower()
-            f = getattr(word, name)
-            # the checks in a signal of their own: ``clean`` reads them, and
-            # reading them back from ``o`` would look like a loop through ``o``
-            # to Verilator's lint
-            fails = Signal(len(getattr(o.fails, name)), name=f"fails_{name}")
-            for k, check in enumerate(_early_checks(op)):
-                cond = ((word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
-                        else _field_violation(self._arch, op, f, *check))
-                m.d.comb += fails[k].eq(cond)
-            m.d.comb += [getattr(o.fails, name).eq(fails),
-                         getattr(o.is_op, name).eq(word.opcode == op),
-                         getattr(o.clean, name).eq((word.opcode == op) & ~fails.any())]
+                     o.pc.eq(i.pc), o.word.eq(i.word), o.pre.eq(i.pre),
+                     o.first.eq(i.pc == 0), o.overflow.eq(i.pc >= self._arch.imem_words)]
         return m
 
 
@@ -133,10 +65,9 @@ class CauseSelect(wiring.Component):
     """Second decode stage (combinational): the first failing check of the
     instruction's opcode, in ``model/golden.py``'s order, where a legal
     instruction goes (``unit``), and the flags the units read (``op``,
-    ``fence_all``). Where it goes is an AND-OR of the first stage's
-    registered ``clean`` bits and the version checks, computed beside the
-    cause, not from it; the cause is the opcode's chain selected by the
-    registered ``is_op`` bits.
+    ``fence_all``). Where it goes is an AND-OR of the predecoded ``is_op``
+    and ``clean`` bits and the version checks, computed beside the cause,
+    not from it; the cause is the opcode's chain selected by ``is_op``.
 
     One register: the program's ISA version, taken from the VERSION at word 0
     as that instruction leaves (the next word is decoded only after it has;
@@ -160,7 +91,7 @@ class CauseSelect(wiring.Component):
         """``(condition, cause)`` of every check of ``op``, in order."""
         chain = [(version < OP_SINCE[op], Cause.BAD_OPCODE)] if op in OP_SINCE else []
         chain.append((fails[0], Cause.RESERVED_BITS))
-        early = iter(range(1, len(fails)))
+        early = iter(range(1, len(early_checks(op))))
         for name, rule in FIELD_CHECKS.get(op, ()):
             if rule == "version":
                 v = getattr(f, name)
@@ -178,9 +109,10 @@ class CauseSelect(wiring.Component):
                      self.o.p.pc.eq(i.pc), self.o.p.word.eq(word)]
         version = Signal(field_of(Op.VERSION, "version").width)
         first, overflow = i.first, i.overflow
-        is_op = {op: getattr(i.is_op, op.name.lower()) for op in FORMATS}
-        chains = {op: self._chain(op, getattr(word, op.name.lower()),
-                                  getattr(i.fails, op.name.lower()), first, version)
+        is_op = {op: getattr(i.pre.is_op, op.name.lower()) for op in FORMATS}
+        # (the predecoded fails are those of the word's own opcode: each chain
+        # reads them, and is_op picks the chain)
+        chains = {op: self._chain(op, getattr(word, op.name.lower()), i.pre.fails, first, version)
                   for op in FORMATS}
         # each opcode's cause, then the one of the opcode at hand (AND-OR on the
         # one-hot is_op bits; none set: an unknown opcode)
@@ -203,9 +135,9 @@ class CauseSelect(wiring.Component):
             m.d.comb += cause.eq(CauseCode.BAD_OPCODE)
         with m.Else():
             m.d.comb += cause.eq(chosen)
-        # legal: the opcode is known and none of its checks failed (the first
-        # stage's checks in ``clean``, the version checks here)
-        ok = {op: getattr(i.clean, op.name.lower())
+        # legal: the opcode is known and none of its checks failed (the
+        # predecoded ones in ``clean``, the version checks here)
+        ok = {op: is_op[op] & i.pre.clean
               & ~Cat(*[c for c, why in chain if why in (Cause.BAD_OPCODE, Cause.VERSION_MISMATCH)]).any()
               for op, chain in chains.items()}
         allowed = Signal()                  # no stop before the opcode's own checks
@@ -216,7 +148,7 @@ class CauseSelect(wiring.Component):
         # the units' flags (legality is the sequencer's business: it dispatches
         # only legal instructions)
         m.d.comb += [getattr(self.o.p.op, op.name.lower()).eq(is_op[op]) for op in FORMATS]
-        m.d.comb += self.o.p.fence_all.eq(i.fence_all)
+        m.d.comb += self.o.p.fence_all.eq(i.pre.fence_all)
         # taken from any VERSION at word 0, legal or not: an illegal one stops
         # the program there, and what was decoded after it is flushed unused
         # (so the enable does not wait for the legality checks)
@@ -227,10 +159,11 @@ class CauseSelect(wiring.Component):
 
 class Decoder(wiring.Component):
     """Finds why an instruction is illegal, exactly as ``model/golden.py`` does,
-    and where a legal one goes: :class:`FieldChecks`, a
-    :class:`hw.lib.RegisterSlice`, :class:`CauseSelect` (so the wide checks
-    and the priority among them are in different cycles; one cycle of
-    latency, a word a cycle).
+    and where a legal one goes: :class:`PcChecks`, a
+    :class:`hw.lib.RegisterSlice`, :class:`CauseSelect` (so the address
+    checks and the priority among all checks are in different cycles; one
+    cycle of latency, a word a cycle). The checks a word decides alone come
+    with it, made before it was stored (:mod:`.predecode`).
 
     The checks, first failing one wins: ``PC_OVERFLOW`` (``pc`` past the
     instruction memory); ``VERSION_MISMATCH`` at word 0 unless the opcode is
@@ -266,7 +199,7 @@ class Decoder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         arch = self._arch
-        m.submodules.checks = checks = FieldChecks(arch)
+        m.submodules.checks = checks = PcChecks(arch)
         # (a few hundred bits: four groups, so no control flip-flop drives every enable)
         m.submodules.checked = checked = RegisterSlice(Checked(arch.imem_words), groups=4)
         m.submodules.select = select = CauseSelect(arch)

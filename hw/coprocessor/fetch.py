@@ -6,14 +6,16 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..isa import WORD_BITS
-from .common import Fetched, ImemWrite
+from ..isa import ArchParams
+from .common import ImemWrite
+from .predecode import Fetched, PredecodedWord, Predecoder, predecoded_entry
 
 __all__ = ["Fetch"]
 
 
 class Fetch(wiring.Component):
-    """Instruction memory (``imem_words`` words of 256 bits) and the prefetcher.
+    """Instruction memory (``imem_words`` words of 256 bits, each stored with
+    its :class:`~.predecode.Predecoded` checks) and the prefetcher.
 
     Programs run straight through (no instruction jumps), so the fetcher reads
     ahead of execution instead of waiting for an instruction to retire: a read
@@ -28,18 +30,24 @@ class Fetch(wiring.Component):
     = ``imem_words`` (its contents undefined) for the decoder to stop with
     ``PC_OVERFLOW``; then fetching stops.
 
+    The checks a word decides alone are made before it is stored: at
+    elaboration for ``program`` (:func:`~.predecode.predecode`), by a
+    :class:`~.predecode.Predecoder` for host writes. So the decoder starts
+    from their results, not from the block RAM's 256 bits of word.
+
     Parameters
     ----------
-    imem_words : int
-        Instruction memory depth.
+    arch : :class:`hw.isa.ArchParams`
+        ``imem_words`` is the instruction memory's depth; the rest is what the
+        checks check against.
     program : list of int
         Initial contents (the rest is zero).
 
     Interface attributes
     --------------------
     imem_w : ``In(stream.Signature(ImemWrite(imem_words)))``
-        Host writes; ready while neither ``rewind`` nor ``run``; each is done a
-        cycle after it is taken (no word is fetched in that cycle).
+        Host writes; ready while neither ``rewind`` nor ``run``; each is done
+        three cycles after it is taken (no word is fetched before).
     rewind : ``In(1)``
         Drop the words read ahead and fetch again from word 0.
     run : ``In(1)``
@@ -48,9 +56,15 @@ class Fetch(wiring.Component):
         The program's words in order, each with its address.
     """
 
-    def __init__(self, imem_words, program=()):
-        self._imem_words = imem_words
+    def __init__(self, arch, program=()):
+        if not isinstance(arch, ArchParams):
+            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        imem_words = arch.imem_words
+        self._arch = arch
         self._program = list(program)
+        if len(self._program) > imem_words:
+            raise ValueError(f"program of {len(self._program)} words does not fit an "
+                             f"instruction memory of {imem_words}")
         super().__init__({
             "imem_w": In(stream.Signature(ImemWrite(imem_words))),
             "rewind": In(1),
@@ -60,16 +74,19 @@ class Fetch(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n = self._imem_words
+        arch = self._arch
+        n = arch.imem_words
+        image = self._program + [0] * (n - len(self._program))
         # (written only while stopped, read only while running, so a read never
         # meets a write. Synthesis spares the flip-flops that emulate the old
         # data of such a collision, a word's width on each side, only for a
         # memory marked ``no_rw_check`` whose read register it merges itself:
         # hence a combinational read port and ``read_word``)
-        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=n, init=self._program,
-                                          attrs={"no_rw_check": 1})
+        m.submodules.imem = imem = Memory(
+            shape=PredecodedWord().size, depth=n, attrs={"no_rw_check": 1},
+            init=[predecoded_entry(arch, w) for w in image])
         rp, wp = imem.read_port(domain="comb"), imem.write_port()
-        read_word = Signal(WORD_BITS)
+        read_word = Signal(PredecodedWord())
         fetch_pc = Signal(range(n + 2))          # the next word to read
         read_valid = Signal()                    # read_word holds the word at read_pc
         read_pc = Signal(range(n + 1))
@@ -77,16 +94,18 @@ class Fetch(wiring.Component):
         out_free = Signal()
         read_free = Signal()
         issue = Signal()
+        writing = Signal()                       # a host write on its way to the memory
         m.d.comb += [
             out_free.eq(~out.valid | out.ready),
             read_free.eq(~read_valid | out_free),
-            issue.eq(read_free & self.run & ~wp.en & (fetch_pc <= n)),   # (no read meets a write)
+            issue.eq(read_free & self.run & ~writing & (fetch_pc <= n)),   # (no read meets a write)
             rp.addr.eq(fetch_pc),
         ]
         with m.If(issue):                        # else it holds a word not yet moved on
             m.d.sync += read_word.eq(rp.data)
         with m.If(out_free):
-            m.d.sync += [out.valid.eq(read_valid), out.p.pc.eq(read_pc), out.p.word.eq(read_word)]
+            m.d.sync += [out.valid.eq(read_valid), out.p.pc.eq(read_pc),
+                         out.p.word.eq(read_word.word), out.p.pre.eq(read_word.pre)]
         with m.If(read_free):
             m.d.sync += [read_valid.eq(issue), read_pc.eq(fetch_pc)]
         with m.If(issue):
@@ -94,11 +113,15 @@ class Fetch(wiring.Component):
         with m.If(self.rewind):
             m.d.sync += [fetch_pc.eq(0), read_valid.eq(0), out.valid.eq(0)]
 
-        # a write is registered and done a cycle after it is taken: the host
-        # port's word reaches flip-flops next to it, not the block RAM's
-        # inputs across the die (no fetch reads meanwhile: ``issue``)
+        # a write is predecoded on its way and reaches the block RAM from the
+        # predecoder's flip-flops, not from the host port across the die
+        # (no fetch reads meanwhile: ``issue``)
+        m.submodules.predecoder = predecoder = Predecoder(arch)
         writable = ~(self.rewind | self.run)
-        m.d.comb += self.imem_w.ready.eq(writable)
-        m.d.sync += [wp.addr.eq(self.imem_w.p.addr), wp.data.eq(self.imem_w.p.data),
-                     wp.en.eq(self.imem_w.valid & writable)]
+        m.d.comb += [predecoder.i.valid.eq(self.imem_w.valid & writable),
+                     predecoder.i.p.eq(self.imem_w.p),
+                     self.imem_w.ready.eq(writable),
+                     writing.eq(predecoder.busy),
+                     wp.addr.eq(predecoder.o.p.addr), wp.data.eq(predecoder.o.p.data),
+                     wp.en.eq(predecoder.o.valid)]
         return m

@@ -203,7 +203,7 @@ class Coprocessor(wiring.Component):
         m = Module()
         arch = self._arch
         C = arch.channels
-        m.submodules.fetch = fetch = Fetch(arch.imem_words, self._program)
+        m.submodules.fetch = fetch = Fetch(arch, self._program)
         m.submodules.decode = decode = Decoder(arch)
         # a two-register queue: the sequencer's late ready reaches a few flip-flops,
         # not the enables of the whole decoded instruction; the flags the units
