@@ -528,22 +528,24 @@ class HostPort(wiring.Component):
         m.d.sync += self.start.eq(0)          # a pulse: high only after a CTRL.start write
         # the address is decoded into a register (one flag per writable register) in
         # the cycle after both halves are held, and the write executes from it: the
-        # address comparison never reaches a target's stream or the coprocessor
+        # address comparison never reaches a target's stream or the coprocessor.
+        # A flag is high only while its write executes (cleared with ``decoded``),
+        # so a target starts from its own flip-flop, placed beside it, not from
+        # ``decoded`` and a LUT shared by targets across the die (FPGA timing)
         writable = [r for r in REGISTERS if r.writable]
         sel = Signal(len(writable))
         decoded = Signal()
         with m.If(aw_held & w_held & ~bvalid & ~decoded):
             m.d.sync += [decoded.eq(1),
                          sel.eq(Cat(*[aw_addr[2:] == r.offset >> 2 for r in writable]))]
-        with m.If(decoded):
-            for k, r in enumerate(writable):
-                with m.If(sel[k]):
-                    m.d.comb += w.ok.eq(1)
-                    for f in r.fields:
-                        targets[f"{r.name}.{f.name}"](f)
-            with m.If(~w.stall):
-                m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1), decoded.eq(0),
-                             bresp.eq(Mux(w.ok, OKAY, SLVERR))]
+        for k, r in enumerate(writable):
+            with m.If(sel[k]):
+                m.d.comb += w.ok.eq(1)
+                for f in r.fields:
+                    targets[f"{r.name}.{f.name}"](f)
+        with m.If(decoded & ~w.stall):
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1), decoded.eq(0), sel.eq(0),
+                         bresp.eq(Mux(w.ok, OKAY, SLVERR))]
 
     def _write_targets(self, m, h, w):
         """``{"REG.field": write(field)}`` for every writable field. A handler emits the
