@@ -23,10 +23,14 @@ free_slots, chan_status --> DescriptorFeeder ==desc==> (DMA)                --fl
 * :class:`~.fetch.Fetch` (``fetch.py``): instruction memory (``lib.memory``,
   host-writable while stopped) read ahead of execution (programs have no
   jumps), one word a cycle, through the block RAM's register and one more.
+  Each word is stored with the checks it decides alone
+  (:mod:`.predecode`: made at elaboration for the initial image, by a
+  three-stage :class:`~.predecode.Predecoder` for host writes).
 * :class:`~.decode.Decoder` (``decode.py``): the illegal-instruction checks,
   in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`, in two
-  stages with a :class:`hw.lib.RegisterSlice` between them (every opcode's
-  field checks on the word, then the priority among the opcode's own), and
+  stages with a :class:`hw.lib.RegisterSlice` between them (the address
+  checks, then the priority among the word's predecoded checks, the
+  version checks and those), and
   where a legal instruction goes (its unit, as one flag each); registered by
   another :class:`hw.lib.RegisterSlice`, so that decoding and executing an
   instruction are in different cycles and the retire decision reads flags.
