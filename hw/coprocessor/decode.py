@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, ArchParams, Cause, Op, field_of
 from ..lib import RegisterSlice
 from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord
-from .predecode import FIELD_CHECKS, Fetched, Predecoded, early_checks
+from .predecode import FIELD_CHECKS, Fetched, Predecoded
 
 __all__ = ["Decoder", "PcChecks", "CauseSelect", "Checked"]
 
@@ -25,18 +25,20 @@ def _check_arch(arch):
 
 class Checked(data.StructLayout):
     """A fetched instruction (its word's checks predecoded, ``pre``) with what
-    the second stage decides with about its address, worked out here so that
-    it starts from flip-flops: ``first`` (``pc`` is 0) and ``overflow``
+    the second stage decides with, worked out here so that it starts from
+    flip-flops: ``clean.<op>`` (the opcode is ``op`` and none of its
+    predecoded checks failed), ``first`` (``pc`` is 0) and ``overflow``
     (``pc`` is past the instruction memory)."""
     def __init__(self, imem_words):
+        per_op = data.StructLayout({op.name.lower(): 1 for op in FORMATS})
         super().__init__({"pc": range(imem_words + 1), "word": InstructionWord(),
-                          "pre": Predecoded(), "first": 1, "overflow": 1})
+                          "pre": Predecoded(), "clean": per_op, "first": 1, "overflow": 1})
 
 
 class PcChecks(wiring.Component):
     """First decode stage (combinational): the checks of the instruction's
-    address (the word's own were made before it was stored,
-    :mod:`.predecode`).
+    address, and each opcode's "none failed" of the word's predecoded checks
+    (they were made before it was stored, :mod:`.predecode`).
 
     Interface attributes
     --------------------
@@ -58,6 +60,10 @@ class PcChecks(wiring.Component):
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready),
                      o.pc.eq(i.pc), o.word.eq(i.word), o.pre.eq(i.pre),
                      o.first.eq(i.pc == 0), o.overflow.eq(i.pc >= self._arch.imem_words)]
+        for op in FORMATS:
+            name = op.name.lower()
+            m.d.comb += getattr(o.clean, name).eq(getattr(i.pre.is_op, name)
+                                                  & ~getattr(i.pre.fails, name).any())
         return m
 
 
@@ -65,9 +71,10 @@ class CauseSelect(wiring.Component):
     """Second decode stage (combinational): the first failing check of the
     instruction's opcode, in ``model/golden.py``'s order, where a legal
     instruction goes (``unit``), and the flags the units read (``op``,
-    ``fence_all``). Where it goes is an AND-OR of the predecoded ``is_op``
-    and ``clean`` bits and the version checks, computed beside the cause,
-    not from it; the cause is the opcode's chain selected by ``is_op``.
+    ``fence_all``). Where it goes is an AND-OR of the first stage's
+    registered ``clean`` bits and the version checks, computed beside the
+    cause, not from it; the cause is the opcode's chain selected by the
+    predecoded ``is_op`` bits.
 
     One register: the program's ISA version, taken from the VERSION at word 0
     as that instruction leaves (the next word is decoded only after it has;
@@ -91,7 +98,7 @@ class CauseSelect(wiring.Component):
         """``(condition, cause)`` of every check of ``op``, in order."""
         chain = [(version < OP_SINCE[op], Cause.BAD_OPCODE)] if op in OP_SINCE else []
         chain.append((fails[0], Cause.RESERVED_BITS))
-        early = iter(range(1, len(early_checks(op))))
+        early = iter(range(1, len(fails)))
         for name, rule in FIELD_CHECKS.get(op, ()):
             if rule == "version":
                 v = getattr(f, name)
@@ -110,9 +117,8 @@ class CauseSelect(wiring.Component):
         version = Signal(field_of(Op.VERSION, "version").width)
         first, overflow = i.first, i.overflow
         is_op = {op: getattr(i.pre.is_op, op.name.lower()) for op in FORMATS}
-        # (the predecoded fails are those of the word's own opcode: each chain
-        # reads them, and is_op picks the chain)
-        chains = {op: self._chain(op, getattr(word, op.name.lower()), i.pre.fails, first, version)
+        chains = {op: self._chain(op, getattr(word, op.name.lower()),
+                                  getattr(i.pre.fails, op.name.lower()), first, version)
                   for op in FORMATS}
         # each opcode's cause, then the one of the opcode at hand (AND-OR on the
         # one-hot is_op bits; none set: an unknown opcode)
@@ -137,7 +143,7 @@ class CauseSelect(wiring.Component):
             m.d.comb += cause.eq(chosen)
         # legal: the opcode is known and none of its checks failed (the
         # predecoded ones in ``clean``, the version checks here)
-        ok = {op: is_op[op] & i.pre.clean
+        ok = {op: getattr(i.clean, op.name.lower())
               & ~Cat(*[c for c, why in chain if why in (Cause.BAD_OPCODE, Cause.VERSION_MISMATCH)]).any()
               for op, chain in chains.items()}
         allowed = Signal()                  # no stop before the opcode's own checks

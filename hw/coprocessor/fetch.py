@@ -47,7 +47,7 @@ class Fetch(wiring.Component):
     --------------------
     imem_w : ``In(stream.Signature(ImemWrite(imem_words)))``
         Host writes; ready while neither ``rewind`` nor ``run``; each is done
-        three cycles after it is taken (no word is fetched before).
+        two cycles after it is taken (no word is fetched before).
     rewind : ``In(1)``
         Drop the words read ahead and fetch again from word 0.
     run : ``In(1)``

@@ -3,7 +3,7 @@ written into the instruction memory and stored beside it, so that the decoder
 starts from their results instead of from 256 bits of word."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -50,18 +50,15 @@ def early_checks(op):
     return [None] + [(name, rule) for name, rule in FIELD_CHECKS.get(op, ()) if rule != "version"]
 
 
-#: The most early checks of any opcode: the width of :class:`Predecoded`'s ``fails``.
-MAX_CHECKS = max(len(early_checks(op)) for op in FORMATS)
-
-
 class Predecoded(data.StructLayout):
     """What the word alone decides, for the decoder: ``is_op`` (one flag per
-    opcode, none for an unknown one), ``fails`` (bit *k*: check *k* of
-    :func:`early_checks` of the word's own opcode failed; 0 for an unknown
-    opcode), ``clean`` (none of them failed) and ``fence_all`` (the FENCE
-    mask is 0)."""
+    opcode, none for an unknown one), ``fails.<op>`` (bit *k*: check *k* of
+    :func:`early_checks` of ``op``'s view of the word failed, for every
+    opcode: the word's own one picks in the decoder) and ``fence_all`` (the
+    FENCE mask is 0)."""
     def __init__(self):
-        super().__init__({"is_op": OpFlags(), "fails": MAX_CHECKS, "clean": 1, "fence_all": 1})
+        fails = {op.name.lower(): len(early_checks(op)) for op in FORMATS}
+        super().__init__({"is_op": OpFlags(), "fails": data.StructLayout(fails), "fence_all": 1})
 
 
 class PredecodedWord(data.StructLayout):
@@ -118,17 +115,15 @@ def predecode(arch, word):
     fields: what :class:`Predecoder` computes."""
     _check_arch(arch)
     opcode = word & ((1 << OPCODE_BITS) - 1)
-    fails = 0
-    if opcode in {int(op) for op in FORMATS}:
-        op = Op(opcode)
+    fails = {}
+    for op in FORMATS:
         fields = {f.name: (word >> f.lsb) & f.mask for f in FORMATS[op]}
-        for k, check in enumerate(early_checks(op)):
-            failed = (word & reserved_mask(op) != 0 if check is None
-                      else _int_violation(arch, op, fields, *check))
-            fails |= int(failed) << k
+        fails[op.name.lower()] = sum(
+            int(word & reserved_mask(op) != 0 if check is None
+                else _int_violation(arch, op, fields, *check)) << k
+            for k, check in enumerate(early_checks(op)))
     mask = field_of(Op.FENCE, "mask")
-    return {"is_op": {op.name.lower(): int(opcode == op) for op in FORMATS},
-            "fails": fails, "clean": int(fails == 0),
+    return {"is_op": {op.name.lower(): int(opcode == op) for op in FORMATS}, "fails": fails,
             "fence_all": int((word >> mask.lsb) & mask.mask == 0)}
 
 
@@ -141,12 +136,11 @@ def predecoded_entry(arch, word):
 
 class Predecoder(wiring.Component):
     """Predecodes host writes into the instruction memory on their way to it:
-    what :func:`predecode` computes for the initial image. Three registered
-    stages, a write a cycle, never held up: the write as taken, every
-    opcode's view of the word checked at once (``checks``), then the word's
-    own opcode choosing which count and ``clean`` (so neither the checks'
-    OR trees nor the choice sits behind a long route in one cycle; a write
-    is out three cycles after it is taken).
+    what :func:`predecode` computes for the initial image. Two registered
+    stages, a write a cycle, never held up: the write as taken (flip-flops
+    beside the block RAM, not the host port's across the die), then every
+    opcode's view of the word checked at once; a write reaches the memory
+    two cycles after it is taken.
 
     Parameters
     ----------
@@ -159,7 +153,7 @@ class Predecoder(wiring.Component):
     o : ``Out(wiring.Signature({"valid": Out(1), "p": Out(PredecodedWrite(imem_words))}))``
         Not a stream: a write leaves when it is done, never held up.
     busy : ``Out(1)``
-        A write is on its way (in a stage or on ``o``).
+        A write is on its way (in the first stage or on ``o``).
     """
 
     def __init__(self, arch):
@@ -180,29 +174,18 @@ class Predecoder(wiring.Component):
         m.d.sync += [taken.eq(self.i.p), taken_valid.eq(self.i.valid)]
 
         word = data.View(InstructionWord(), taken.data)
-        checks = {op: Signal(len(early_checks(op)), name=f"checks_{op.name.lower()}")
-                  for op in FORMATS}
-        checked = Signal(ImemWrite(self._arch.imem_words))
-        checked_valid = Signal()
-        is_op = Signal(OpFlags())
-        fence_all = Signal()
-        for op, bits in checks.items():
-            f = getattr(word, op.name.lower())
-            m.d.sync += bits.eq(Cat(*[
-                (word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
-                else _gate_violation(self._arch, op, f, *check) for check in early_checks(op)]))
-            m.d.sync += getattr(is_op, op.name.lower()).eq(word.opcode == op)
-        m.d.sync += [checked.eq(taken), checked_valid.eq(taken_valid),
-                     fence_all.eq(word.fence.mask == 0)]
-
-        # the word's own opcode's checks: an AND-OR on the one-hot flags
-        fails = 0
-        for op, bits in checks.items():
-            fails = fails | Mux(getattr(is_op, op.name.lower()), bits, 0)
         o = self.o.p
-        m.d.sync += [self.o.valid.eq(checked_valid), o.addr.eq(checked.addr),
-                     o.data.word.eq(checked.data), o.data.pre.is_op.eq(is_op),
-                     o.data.pre.fails.eq(fails), o.data.pre.clean.eq(fails == 0),
-                     o.data.pre.fence_all.eq(fence_all)]
-        m.d.comb += self.busy.eq(taken_valid | checked_valid | self.o.valid)
+        pre = o.data.pre
+        for op in FORMATS:
+            name = op.name.lower()
+            f = getattr(word, name)
+            m.d.sync += [
+                getattr(pre.fails, name).eq(Cat(*[
+                    (word.bits & Const(reserved_mask(op), WORD_BITS)).any() if check is None
+                    else _gate_violation(self._arch, op, f, *check) for check in early_checks(op)])),
+                getattr(pre.is_op, name).eq(word.opcode == op),
+            ]
+        m.d.sync += [self.o.valid.eq(taken_valid), o.addr.eq(taken.addr), o.data.word.eq(taken.data),
+                     pre.fence_all.eq(word.fence.mask == 0)]
+        m.d.comb += self.busy.eq(taken_valid | self.o.valid)
         return m
