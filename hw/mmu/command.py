@@ -118,9 +118,14 @@ class CommandUnit(wiring.Component):
         mask, vpn, ppn = Signal(pn), Signal(pn), Signal(pn)
         m.d.comb += [mask.eq(_offset_mask(arch, c.size)),
                      vpn.eq(c.va[p0_bits:] & ~mask), ppn.eq(c.pa[p0_bits:] & ~mask)]
-        # the edges where a command is taken (ACCEPT, or EXECUTE's end)
-        taking = self.cmd.valid & self.cmd.ready
-        keys = self._key_copies(m, c, vpn, taking)
+        # the command register and its copies load at every edge where a
+        # command may be taken (ACCEPT, or EXECUTE's end), taken or not: only a
+        # taken one is read (in PLACE and after), so their enables wait for
+        # the state and ``fields_free``, not for ``cmd.valid`` from the
+        # coprocessor (FPGA timing: the enable spans the command's ~100 bits)
+        keys = self._key_copies(m, c, vpn, self.cmd.ready)
+        with m.If(self.cmd.ready):
+            m.d.sync += c.eq(self.cmd.payload)
         # what EXECUTE acts on, all registered at PLACE or CHOOSE: the entries'
         # write enables and data then start from flip-flops
         ops = Signal(data.StructLayout({"remap": 1, "inval": 1, "commit": 1}))
@@ -136,7 +141,6 @@ class CommandUnit(wiring.Component):
             with m.State("ACCEPT"):
                 m.d.comb += [self.cmd.ready.eq(1), self.idle.eq(1)]
                 with m.If(self.cmd.valid):
-                    m.d.sync += c.eq(self.cmd.payload)
                     m.next = "PLACE"
             with m.State("PLACE"):
                 m.d.comb += self.commit_place.eq(c.op == MmuOp.COMMIT)
@@ -157,7 +161,6 @@ class CommandUnit(wiring.Component):
                     # PLACE sees the entries this one leaves
                     m.d.comb += self.cmd.ready.eq(1)
                     with m.If(self.cmd.valid):
-                        m.d.sync += c.eq(self.cmd.payload)
                         m.next = "PLACE"
                     with m.Else():
                         m.next = "ACCEPT"
