@@ -157,6 +157,11 @@ class RegisterSlice(wiring.Component):
             if g == 0:
                 m.d.comb += self.i.ready.eq(skid_free)
             taken_in = self.i.valid & skid_free
+            # the free skid register loads whether or not it keeps what it
+            # loads (only ``skid_valid`` says so): its enable is a flip-flop,
+            # never the late ``o.ready``
+            with m.If(skid_free):
+                m.d.sync += skid[lo:hi].eq(i_bits[lo:hi])
             with m.If(~out_valid | self.o.ready):
                 # the skid entry (older) first, else the entry arriving now
                 with m.If(skid_valid):
@@ -165,7 +170,7 @@ class RegisterSlice(wiring.Component):
                 with m.Else():
                     m.d.sync += [out[lo:hi].eq(i_bits[lo:hi]), out_valid.eq(self.i.valid)]
             with m.Elif(taken_in):
-                m.d.sync += [skid[lo:hi].eq(i_bits[lo:hi]), skid_valid.eq(1), skid_free.eq(0)]
+                m.d.sync += [skid_valid.eq(1), skid_free.eq(0)]
             with m.If(self.flush):
                 m.d.sync += [out_valid.eq(0), skid_valid.eq(0), skid_free.eq(1)]
         return m
