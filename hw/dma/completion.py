@@ -94,9 +94,16 @@ class Completion(wiring.Component):
                 m.d.sync += self.ack_full[c].eq(pending == self._ack_limit - 1)
             with m.Elif(ack & ~beat):
                 m.d.sync += self.ack_full[c].eq(0)
+            # an issued chunk is counted from a register, a cycle later, and
+            # ``busy`` reads that register meanwhile, so ``busy`` is what it was:
+            # the walker's late issue event reaches a flip-flop, not the adders
+            # (FPGA timing). The chunk cannot retire or drop before it is counted:
+            # the chunk queue and the translator lie between
+            issued = Signal(name=f"issued{c}")
             m.d.sync += [
+                issued.eq(self.issued.valid & (self.issued.payload == c)),
                 pending.eq(pending + beat - ack),
-                inflight.eq(inflight + (self.issued.valid & (self.issued.payload == c))
+                inflight.eq(inflight + issued
                             - (self.dropped.valid & (self.dropped.payload == c)) - retired),
             ]
             # ``unreported``: ``ended`` is ahead of ``done_count``
@@ -112,7 +119,7 @@ class Completion(wiring.Component):
             with m.If(pending == 0):
                 m.d.sync += [st.done_count.eq(ended), st.done_tag.eq(ended_tag)]
             m.d.comb += [
-                busy[c].eq(self.walking[c] | (inflight != 0) | (pending != 0) | unreported),
+                busy[c].eq(self.walking[c] | issued | (inflight != 0) | (pending != 0) | unreported),
                 st.busy.eq(busy[c]), st.error.eq(error),
                 st.cause.eq(Mux(error, cause, TranslateCause.NONE)),
             ]
