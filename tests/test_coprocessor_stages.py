@@ -279,6 +279,42 @@ def test_sequencer_dispatches_in_order_and_stops():
                               for op, w in zip(ops, words) if unit_of.get(op) == name]
 
 
+def test_sequencer_restarts_only_when_stopped():
+    """``start`` pulses ``restart`` in the cycle it arrives while stopped, and
+    is ignored in CLEAR and EXEC; after a stop it restarts again."""
+    dut = Sequencer(16)
+    restarts = []
+
+    async def tb(ctx):
+        ctx.set(dut.start, 1)                    # stopped: restart, into CLEAR
+        assert ctx.get(dut.restart)
+        await ctx.tick()
+        for _ in range(3):                       # CLEAR (nothing drained yet): ignored
+            restarts.append(ctx.get(dut.restart))
+            assert ctx.get(dut.clearing)
+            await ctx.tick()
+        ctx.set(dut.drained, 1)
+        await ctx.tick().until(dut.run)
+        for _ in range(3):                       # EXEC: ignored
+            restarts.append(ctx.get(dut.restart))
+            await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.insn.valid, 1)               # an illegal instruction stops it
+        ctx.set(dut.insn.p, {"pc": 3, "word": {"bits": 0x55}, "cause": CauseCode.BAD_OPCODE,
+                             "unit": dispatch_of(0x55, Cause.BAD_OPCODE)})
+        await ctx.tick().repeat(2)
+        ctx.set(dut.insn.valid, 0)
+        assert code(ctx.get(dut.status)) == StatusCode.ILLEGAL.value
+        assert not ctx.get(dut.restart)
+        ctx.set(dut.start, 1)                    # stopped again: restart
+        assert ctx.get(dut.restart)
+        await ctx.tick()
+        assert code(ctx.get(dut.status)) == StatusCode.RUNNING.value and ctx.get(dut.clearing)
+
+    run_simulation(dut, [tb])
+    assert restarts == [0] * 6
+
+
 def test_sequencer_lock_step_one_instruction_per_grant():
     dut = Sequencer(16)
     acks = []

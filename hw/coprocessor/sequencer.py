@@ -119,14 +119,18 @@ class Sequencer(wiring.Component):
         stopping, stopping_req = Signal(), Signal(StopRequest())
         m.d.sync += [stopping.eq(stop & self.run & ~stopping), stopping_req.eq(stop_req)]
 
+        # ``stopped`` is a register of its own, high exactly in STOPPED: the
+        # restart, a synchronous reset of much of the coprocessor, is one gate
+        # of it and ``start``, not the state's decoding (FPGA timing)
+        stopped = Signal(init=1)
+        m.d.comb += self.restart.eq(self.start & stopped)
         with m.FSM(name="seq"):
             # ``clearing`` is a register of its own, high exactly in CLEAR: it
             # reaches the feeder, the fault queue and the DMA straight from a
             # flip-flop, not through the state's decoding
             with m.State("STOPPED"):
                 with m.If(self.start):
-                    m.d.comb += self.restart.eq(1)
-                    m.d.sync += [self.status.eq(StatusCode.RUNNING),
+                    m.d.sync += [self.status.eq(StatusCode.RUNNING), stopped.eq(0),
                                  self.cause.eq(CauseCode.NONE), self.clearing.eq(1)]
                     m.next = "CLEAR"
             with m.State("CLEAR"):
@@ -139,7 +143,7 @@ class Sequencer(wiring.Component):
                 # the stop request registered and applied a cycle later (it stands:
                 # the instruction that asks for it cannot retire meanwhile)
                 with m.If(stopping):
-                    m.d.sync += [self.status.eq(stopping_req.status),
+                    m.d.sync += [self.status.eq(stopping_req.status), stopped.eq(1),
                                  self.cause.eq(stopping_req.cause)]
                     m.next = "STOPPED"
         return m
