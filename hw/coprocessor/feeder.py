@@ -184,7 +184,7 @@ class DescriptorFeeder(wiring.Component):
                 m.d.sync += issued.eq(st[c].done_count)
             with m.Elif(pop):
                 m.d.sync += issued.eq(issued + 1)
-        self._load_offer(m, (offer_valid, offer_p), Array(heads)[pick], push, taken)
+        self._load_offer(m, (offer_valid, offer_p), heads, (pick, picked, arb.grant), push, taken)
         m.d.comb += [
             w.ready.eq(w_ready.bit_select(w.p.chan, 1)),
             arb.advance.eq(~picked | push),
@@ -219,12 +219,15 @@ class DescriptorFeeder(wiring.Component):
         m.d.comb += in_slice.eq(w_slice.o_route | Mux(w_slice.i.ready, 0, (1 << C) - 1))
         return w, w_slice.o_route, in_slice
 
-    def _load_offer(self, m, offer, head, push, taken):
+    def _load_offer(self, m, offer, heads, pick, push, taken):
         """The offer's payload loads in every cycle it is empty (what it loads
         without a push is never offered): its enables come straight from
         flip-flops of their own (~valid, stored apart), not from ``push``;
         one copy per quarter of the payload (one flip-flop drove every enable,
-        12 ns of routing on the board)."""
+        12 ns of routing on the board). ``pick`` is the pick register, its
+        valid (``picked``) and what it loads: a quarter's multiplexer over the
+        queues' ``heads`` reads a copy of it of its own, loaded with it (one
+        register selected every bit, a 6.5 ns route on the board)."""
         valid, payload = offer
         free = Signal(init=1, name="offer_free")
         free_next = Signal(init=1)
@@ -242,7 +245,9 @@ class DescriptorFeeder(wiring.Component):
         # the copies load free's next value at every edge: equal to it from the
         # first edge on (before it nothing is offered)
         frees = [free] + register_copies(m, free_next, 1, 3, name="offer_free_copy")
+        pick, picked, grant = pick
+        picks = [pick] + register_copies(m, grant, ~self.flush & (~picked | push), 3, name="pick_copy")
         bits, width = Value.cast(payload), Shape.cast(payload.shape()).width
-        for load, (lo, hi) in zip(frees, bit_groups(width, len(frees))):
+        for load, sel, (lo, hi) in zip(frees, picks, bit_groups(width, len(frees))):
             with m.If(load):
-                m.d.sync += bits[lo:hi].eq(Value.cast(head)[lo:hi])
+                m.d.sync += bits[lo:hi].eq(Array([Value.cast(h)[lo:hi] for h in heads])[sel])
