@@ -25,7 +25,7 @@ free_slots, chan_status --> DescriptorFeeder ==desc==> (DMA)                --fl
   jumps), one word a cycle, through the block RAM's register and one more.
   Each word is stored with the checks it decides alone
   (:mod:`.predecode`: made at elaboration for the initial image, by a
-  three-stage :class:`~.predecode.Predecoder` for host writes).
+  two-stage :class:`~.predecode.Predecoder` for host writes).
 * :class:`~.decode.Decoder` (``decode.py``): the illegal-instruction checks,
   in ``model/golden.py``'s order, widths from :data:`hw.isa.FORMATS`, in two
   stages with a :class:`hw.lib.RegisterSlice` between them (the address
