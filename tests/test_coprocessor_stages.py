@@ -179,16 +179,7 @@ def test_decoder_causes_match_the_golden_model():
     rng = random.Random(2)
     arch = ArchParams(devices=3, mem_bytes=16 * PG, page_sizes=ARCH.page_sizes, tlb_entries=8,
                       contexts=4, channels=3, semaphores=4, imem_words=16, addr_bits=20)
-    words = []
-    for op in FORMATS:
-        for _ in range(6):
-            fields = {f.name: rng.choice([0, 1, rng.getrandbits(f.width), f.mask])
-                      for f in FORMATS[op]}
-            w = encode(op, **fields)
-            if rng.random() < 0.2:
-                w |= 1 << rng.randrange(8, 256)
-            words.append(w)
-    words += [0, 0x0b, 0xff]
+    words = _edge_words(rng, per_op=6)
     # word 0 first: the decoder takes the program's version from it
     cases = [(0, V)] + [(1, w) for w in words] + [(0, encode(Op.HALT)), (0, V), (16, V)]
     expect = []
