@@ -5,9 +5,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, ArchParams, Cause, Op, field_of
+from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, Cause, Op, field_of
 from ..lib import RegisterSlice
-from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord
+from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord, check_arch
 from .predecode import FIELD_CHECKS, Fetched, Predecoded
 
 __all__ = ["Decoder", "PcChecks", "CauseSelect", "Checked"]
@@ -16,11 +16,6 @@ _LIMIT_CAUSE = {"channels": Cause.BAD_CHANNEL, "contexts": Cause.BAD_CONTEXT,
                 "devices": Cause.BAD_DEVICE, "semaphores": Cause.BAD_SEMAPHORE}
 _RULE_CAUSE = {"address": Cause.ADDRESS_WIDTH, "aligned": Cause.MISALIGNED,
                "element": Cause.MISALIGNED, **_LIMIT_CAUSE}
-
-
-def _check_arch(arch):
-    if not isinstance(arch, ArchParams):
-        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
 
 
 class Checked(data.StructLayout):
@@ -47,7 +42,7 @@ class PcChecks(wiring.Component):
     """
 
     def __init__(self, arch):
-        _check_arch(arch)
+        check_arch(arch)
         self._arch = arch
         super().__init__({
             "i": In(stream.Signature(Fetched(arch.imem_words))),
@@ -87,7 +82,7 @@ class CauseSelect(wiring.Component):
     """
 
     def __init__(self, arch):
-        _check_arch(arch)
+        check_arch(arch)
         self._arch = arch
         super().__init__({
             "i": In(stream.Signature(Checked(arch.imem_words))),
@@ -194,7 +189,7 @@ class Decoder(wiring.Component):
     """
 
     def __init__(self, arch):
-        _check_arch(arch)
+        check_arch(arch)
         self._arch = arch
         super().__init__({
             "i": In(stream.Signature(Fetched(arch.imem_words))),

@@ -6,8 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ArchParams
-from .common import ImemWrite
+from .common import ImemWrite, check_arch
 from .predecode import Fetched, PredecodedWord, Predecoder, predecoded_entry
 
 __all__ = ["Fetch"]
@@ -57,8 +56,7 @@ class Fetch(wiring.Component):
     """
 
     def __init__(self, arch, program=()):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         imem_words = arch.imem_words
         self._arch = arch
         self._program = list(program)

@@ -8,10 +8,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OPCODE_BITS, WORD_BITS, ArchParams, Op,
+from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OPCODE_BITS, WORD_BITS, Op,
                    field_of, reserved_mask)
 from ..lib import page_offset_mask
-from .common import ImemWrite, InstructionWord, OpFlags
+from .common import ImemWrite, InstructionWord, OpFlags, check_arch
 
 __all__ = ["FIELD_CHECKS", "early_checks", "Predecoded", "PredecodedWord", "Fetched", "PredecodedWrite",
            "predecode", "predecoded_entry", "Predecoder"]
@@ -80,11 +80,6 @@ class PredecodedWrite(data.StructLayout):
         super().__init__({"addr": ImemWrite(imem_words)["addr"].shape, "data": PredecodedWord()})
 
 
-def _check_arch(arch):
-    if not isinstance(arch, ArchParams):
-        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
-
-
 def _gate_violation(arch, op, f, name, rule):
     """The gateware condition that field ``name`` of ``op``'s view ``f`` of a
     word breaks ``rule``."""
@@ -113,7 +108,7 @@ def _int_violation(arch, op, fields, name, rule):
 def predecode(arch, word):
     """:class:`Predecoded` of the 256-bit ``word`` (an int), as a dict of its
     fields: what :class:`Predecoder` computes."""
-    _check_arch(arch)
+    check_arch(arch)
     opcode = word & ((1 << OPCODE_BITS) - 1)
     fails = {}
     for op in FORMATS:
@@ -157,7 +152,7 @@ class Predecoder(wiring.Component):
     """
 
     def __init__(self, arch):
-        _check_arch(arch)
+        check_arch(arch)
         self._arch = arch
         super().__init__({
             "i": In(stream.Signature(ImemWrite(arch.imem_words))),
