@@ -41,7 +41,7 @@ from .coprocessor.counters import commit_bytes_shape
 from .dma import DMA, DmaWrite
 from .hostport import ADDR_WIDTH, AxiLiteSignature, HostPort
 from .interconnect import NetAck, NetKind, NetRequest
-from .isa import ArchParams
+from .isa import check_arch
 from .lib import Queue, RegisterSlice, chan_bits, check_bus_width, ctx_bits, page_bytes, sem_bits
 from .memory import BankedMemory, ReadPortSignature, WritePortSignature, WriteRequest
 from .mmu import MMU, TlbEntry
@@ -396,8 +396,7 @@ class Device(wiring.Component):
                  outstanding=8, burst_len=None, net_depth=16, ack_depth=16, desc_depth=16,
                  fault_depth=16, sram_macro=False, shared_write=False,
                  shared_read=False, registered_memory=False):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < arch.devices:
             raise ValueError(f"Device index must be an integer in 0..{arch.devices - 1}, "
                              f"not {index!r}")

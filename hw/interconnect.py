@@ -25,7 +25,7 @@ from amaranth.hdl import Cat, Module
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .isa import ArchParams
+from .isa import check_arch
 from .lib import (RegisterSlice, RoundRobin, chan_bits, check_bus_width, dev_bits,
                   resolve_channels, sem_bits)
 from .memory import lanes, word_addr_bits
@@ -222,8 +222,7 @@ class Interconnect(wiring.Component):
     """
 
     def __init__(self, arch, *, data_width=64, channels=None):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         check_bus_width(data_width)
         channels = resolve_channels(arch, channels)
         self._arch = arch

@@ -202,6 +202,13 @@ class ArchParams:
         return cls(**d)
 
 
+def check_arch(arch):
+    """Raise ``TypeError`` unless ``arch`` is an :class:`ArchParams` (every
+    block that takes one checks it this way)."""
+    if not isinstance(arch, ArchParams):
+        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+
+
 class EncodeError(ValueError):
     pass
 

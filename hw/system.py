@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 from .device import Device
 from .hostport import ADDR_WIDTH, AxiLiteSignature
 from .interconnect import Interconnect
-from .isa import ArchParams
+from .isa import check_arch
 
 __all__ = ["System"]
 
@@ -62,8 +62,7 @@ class System(wiring.Component):
     """
 
     def __init__(self, arch, *, data_width=64, programs=None, memories=None, **device_kw):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         D = arch.devices
         programs = [[] for _ in range(D)] if programs is None else list(programs)
         memories = [b"" for _ in range(D)] if memories is None else list(memories)

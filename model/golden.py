@@ -66,7 +66,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw.isa import (COPY_OPS, ELEMENT_BYTES, ELEMENT_FIELDS, OP_SINCE, PERM_R, PERM_W,
-                    SUPPORTED_VERSIONS, WORD_BITS, ArchParams, Cause, Decoded, Op, Status, decode)
+                    SUPPORTED_VERSIONS, WORD_BITS, ArchParams, Cause, Decoded, Op, Status, check_arch,
+                    decode)
 
 from .fpadd import add_bytes
 
@@ -176,8 +177,7 @@ class GoldenSystem:
     """
 
     def __init__(self, arch: ArchParams, programs: list[list[int]], memories):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         if len(programs) != arch.devices:
             raise ValueError(f"{len(programs)} programs for {arch.devices} devices")
         if len(memories) != arch.devices:

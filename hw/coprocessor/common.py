@@ -7,20 +7,14 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import Out
 from amaranth.utils import ceil_log2
 
-from ..isa import COPY_OPS, FORMATS, OPCODE_BITS, WORD_BITS, ArchParams, Cause, Op, Status, field_of
+from ..isa import COPY_OPS, FORMATS, OPCODE_BITS, WORD_BITS, Cause, Op, Status, field_of
 from ..lib import chan_bits, dev_bits, sem_bits
 
-__all__ = ["check_arch", "StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
+__all__ = ["StatusCode", "CauseCode", "instruction_layout", "INSTRUCTION_LAYOUTS",
            "InstructionWord", "ImemWrite", "SignalMessage", "UNIT_OPS", "Dispatch",
            "dispatch_of", "OpFlags", "UnitInsn", "unit_insn_of", "Decoded", "StopRequest",
            "WriteBeatSignature", "semaphore_shape", "beat_bytes",
            "first_fault_cause"]
-
-def check_arch(arch):
-    """Raise ``TypeError`` unless ``arch`` is an :class:`hw.isa.ArchParams`."""
-    if not isinstance(arch, ArchParams):
-        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
-
 
 #: :class:`hw.isa.Status` as an Amaranth enum (the status register's shape).
 StatusCode = enum.Enum("StatusCode", {s.name: int(s) for s in Status})

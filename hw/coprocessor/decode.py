@@ -5,9 +5,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, Cause, Op, field_of
+from ..isa import FORMATS, OP_SINCE, SUPPORTED_VERSIONS, Cause, Op, check_arch, field_of
 from ..lib import RegisterSlice
-from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord, check_arch
+from .common import UNIT_OPS, CauseCode, Decoded, InstructionWord
 from .predecode import FIELD_CHECKS, Fetched, Predecoded
 
 __all__ = ["Decoder", "PcChecks", "CauseSelect", "Checked"]

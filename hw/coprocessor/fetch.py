@@ -6,7 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .common import ImemWrite, check_arch
+from ..isa import check_arch
+from .common import ImemWrite
 from .predecode import Fetched, PredecodedWord, Predecoder, predecoded_entry
 
 __all__ = ["Fetch"]

@@ -9,9 +9,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..isa import (ELEMENT_BYTES, ELEMENT_FIELDS, FORMATS, OPCODE_BITS, WORD_BITS, Op,
-                   field_of, reserved_mask)
+                   check_arch, field_of, reserved_mask)
 from ..lib import page_offset_mask
-from .common import ImemWrite, InstructionWord, OpFlags, check_arch
+from .common import ImemWrite, InstructionWord, OpFlags
 
 __all__ = ["FIELD_CHECKS", "early_checks", "Predecoded", "PredecodedWord", "Fetched", "PredecodedWrite",
            "predecode", "predecoded_entry", "Predecoder"]

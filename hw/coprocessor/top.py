@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dma import ChannelStatus, CopyDescriptor, DmaFault
-from ..isa import WORD_BITS, ArchParams
+from ..isa import WORD_BITS, check_arch
 from ..lib import RegisterSlice, check_bus_width, counter_shape, sem_bits
 from ..mmu import MmuCommand
 from .common import (CauseCode, Decoded, ImemWrite, SignalMessage, StatusCode, WriteBeatSignature,
@@ -127,8 +127,7 @@ class Coprocessor(wiring.Component):
 
     def __init__(self, arch, *, device=0, data_width=64, program=(), fault_depth=16,
                  desc_depth=16, counter_width=48):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < arch.devices:
             raise ValueError(f"Device index must be an integer in 0..{arch.devices - 1}, "
                              f"not {device!r}")

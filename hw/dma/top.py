@@ -5,7 +5,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ArchParams
+from ..isa import check_arch
 from ..lib import Queue, check_bus_width, resolve_channels
 from ..memory import ReadPortSignature
 from ..mmu import translate_request, translate_response
@@ -94,8 +94,7 @@ class DMA(wiring.Component):
 
     def __init__(self, arch, *, data_width=32, channels=None, outstanding=8, burst_len=16,
                  ack_limit=255, xlat_tag_width=0, ring_scratch=True):
-        if not isinstance(arch, ArchParams):
-            raise TypeError(f"arch must be an ArchParams, not {arch!r}")
+        check_arch(arch)
         check_bus_width(data_width)
         channels = resolve_channels(arch, channels)
         if not isinstance(outstanding, int) or not 2 <= outstanding <= 256:

@@ -5,8 +5,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import check_arch
 from ..lib import ctx_bits, register_copies
-from .layouts import (MmuCommand, MmuOp, TlbEntry, _check_arch, _copies, _copy_of, _offset_mask,
+from .layouts import (MmuCommand, MmuOp, TlbEntry, _copies, _copy_of, _offset_mask,
                       _page_numbers)
 
 __all__ = ["CommandUnit"]
@@ -49,7 +50,7 @@ class CommandUnit(wiring.Component):
     """
 
     def __init__(self, arch):
-        _check_arch(arch)
+        check_arch(arch)
         self._arch = arch
         n = arch.tlb_entries
         super().__init__({

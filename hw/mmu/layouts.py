@@ -4,7 +4,7 @@ from __future__ import annotations
 from amaranth.lib import data, enum
 from amaranth.utils import bits_for, exact_log2
 
-from ..isa import ArchParams, Cause, Op, field_of
+from ..isa import Cause, Op, field_of
 from ..lib import MAX_EXTRA_COPIES, ctx_bits, dev_bits, page_offset_mask
 
 __all__ = ["TranslateCause", "MmuOp", "translate_request", "translate_response",
@@ -104,11 +104,6 @@ def _offset_mask(arch, size):
     """Bits of a page number (smallest-page units) that lie inside a page of ``size``."""
     _, pn = _page_numbers(arch)
     return page_offset_mask(arch.page_sizes, size, unit=arch.page_sizes[0], width=pn)
-
-
-def _check_arch(arch):
-    if not isinstance(arch, ArchParams):
-        raise TypeError(f"arch must be an ArchParams, not {arch!r}")
 
 
 def _check_tag_width(tag_width):

@@ -6,10 +6,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..isa import PERM_R, PERM_W
+from ..isa import PERM_R, PERM_W, check_arch
 from ..lib import register_copies
 from .layouts import (PRIORITY_GROUP, TlbEntry, TlbMatch, TlbSelection, TranslateCause,
-                      _check_arch, _check_tag_width, _groups, _offset_mask, _page_numbers,
+                      _check_tag_width, _groups, _offset_mask, _page_numbers,
                       _copies, _copy_of, translate_request, translate_response)
 
 __all__ = ["MatchStage", "SelectStage", "CheckStage"]
@@ -47,7 +47,7 @@ class _LookupStage(wiring.Component):
     """Common constructor of the stages that read the TLB."""
 
     def __init__(self, arch, tag_width, members):
-        _check_arch(arch)
+        check_arch(arch)
         _check_tag_width(tag_width)
         self._arch = arch
         self._tag_width = tag_width
@@ -189,7 +189,7 @@ class CheckStage(wiring.Component):
     """
 
     def __init__(self, arch, tag_width=4, *, local_dev=0):
-        _check_arch(arch)
+        check_arch(arch)
         _check_tag_width(tag_width)
         self._arch = arch
         self._tag_width = tag_width

@@ -5,9 +5,10 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..isa import check_arch
 from ..lib import ctx_bits
 from .command import CommandUnit
-from .layouts import MmuCommand, TlbEntry, _check_arch, _check_tag_width, translate_request, translate_response
+from .layouts import MmuCommand, TlbEntry, _check_tag_width, translate_request, translate_response
 from .lookup import CheckStage, MatchStage, SelectStage
 
 __all__ = ["MMU"]
@@ -54,7 +55,7 @@ class MMU(wiring.Component):
     """
 
     def __init__(self, arch, *, local_dev=0, tag_width=4):
-        _check_arch(arch)
+        check_arch(arch)
         if not isinstance(local_dev, int) or not 0 <= local_dev < arch.devices:
             raise ValueError(f"Local device must be an integer in 0..{arch.devices - 1}, "
                              f"not {local_dev!r}")
