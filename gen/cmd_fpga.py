@@ -10,6 +10,7 @@ and calls :func:`gen.fpga_board.build_board` / :func:`gen.fpga.build_ooc`.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 NAME = "fpga"
@@ -57,9 +58,12 @@ def add_arguments(p):
                         "(the report says it did not finish)")
     p.add_argument("--seed", type=int, default=bd.seed,
                    help="workload seed of the iCE40 subset (the DMA self-test)")
-    p.add_argument("--pnr-seed", type=int, default=bd.pnr_seed,
+    p.add_argument("--pnr-seed", default=str(bd.pnr_seed),
                    help=f"nextpnr's placement seed (default {bd.pnr_seed}); a placement moves Fmax by "
-                        "several MHz, so timing figures name their seed")
+                        "several MHz, so timing figures name their seed. A board build takes several, "
+                        "N-M or N,M,...: one synthesis, a placement per seed, the best packed")
+    p.add_argument("--pnr-jobs", type=int, default=None,
+                   help="a board's placements at a time (default: one a core, at most one a seed)")
     p.add_argument("--router", default=None, choices=["router1", "router2"],
                    help="nextpnr's router for a board (default: router2 on ECP5, nextpnr's own on iCE40)")
     p.add_argument("--placer", default=None, choices=["heap", "static", "sa"],
@@ -73,8 +77,10 @@ def add_arguments(p):
 def run(args) -> int:
     from gen.fpga import BOARDS, OOC_FAMILY_DEFAULTS, PARTS, OocOptions, build_ooc, ooc_part
     from model.errors import InputError
-    if args.pnr_seed < 0:
-        raise InputError(f"--pnr-seed must be 0 or more, not {args.pnr_seed}")
+    from gen.pnr_seeds import parse_seeds
+    seeds = parse_seeds(args.pnr_seed)
+    if args.pnr_jobs is not None and args.pnr_jobs < 1:
+        raise InputError(f"--pnr-jobs must be 1 or more, not {args.pnr_jobs}")
     if args.list_boards:
         for b in BOARDS.values():
             p = PARTS[b.part]
@@ -85,6 +91,9 @@ def run(args) -> int:
         return _board(args)
     if not args.ooc:
         raise InputError("give --board NAME, --ooc --block BLOCK or --list-boards")
+    if len(seeds) > 1:
+        raise InputError(f"--pnr-seed {args.pnr_seed}: several seeds are for --board builds; "
+                         "--ooc places once")
     d = OocOptions()
     p = ooc_part(args.family, args.part)
     opts = OocOptions(block=args.block, part=p.name, bus_bits=args.bus_bits,
@@ -92,7 +101,7 @@ def run(args) -> int:
                       mem_bytes=args.mem_bytes or d.mem_bytes, devices=args.devices,
                       freq_mhz=args.freq_mhz or OOC_FAMILY_DEFAULTS[p.family][1],
                       out=args.out or f"build/fpga/ooc-{args.block}",
-                      system_tools=args.system_tools, placer=args.placer, pnr_seed=args.pnr_seed)
+                      system_tools=args.system_tools, placer=args.placer, pnr_seed=seeds[0])
     print(f"fpga: {opts.block} out of context on {opts.part} at {opts.freq_mhz:g} MHz ...",
           file=sys.stderr, flush=True)
     rep = build_ooc(opts)
@@ -123,13 +132,14 @@ def _board(args) -> int:
                         freq_mhz=args.freq_mhz, out=args.out, allow_timing_fail=args.allow_timing_fail,
                         system_tools=args.system_tools, program=args.program, seed=args.seed,
                         router=args.router, placer=args.placer, floorplan=args.floorplan,
-                        pnr_seed=args.pnr_seed,
+                        pnr_seed=args.pnr_seed, pnr_jobs=args.pnr_jobs,
                         time_limit_s=args.time_limit_min * 60 if args.time_limit_min else None)
     rep = build_board(opts, progress=lambda m: print(f"fpga: {m}", file=sys.stderr, flush=True))
     if args.json:
         json.dump(rep, sys.stdout, indent=1)
         print()
     _print_critical_path(rep)
+    _print_seeds(rep)
     print(board_verdict(rep, allow_timing_fail=args.allow_timing_fail))
     return 0 if board_passed(rep, allow_timing_fail=args.allow_timing_fail) else 1
 
@@ -151,6 +161,22 @@ def _print_critical_path(rep, signals: int = 8) -> None:
               f"signal):", file=sys.stderr)
         for g in fe["worst_signals"][:signals]:
             print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f}  {g['signal']}", file=sys.stderr)
+
+
+def _print_seeds(rep) -> None:
+    """With several placements: each seed's figures, and which was packed."""
+    seeds = rep.get("nextpnr_seeds") or []
+    if len(seeds) < 2:
+        return
+    for s in seeds:
+        figures = (f"{s['fmax_mhz']} MHz, {s['failing_endpoints']} endpoints miss the clock by "
+                   f"{s['tns_ns']} ns in all" if s["finished"] and s["fmax_mhz"] else "did not finish")
+        print(f"fpga: seed {s['seed']:3d}: {figures}" + ("  <- packed" if s["seed"] == rep["nextpnr_seed"]
+                                                         and rep["built"] else ""), file=sys.stderr)
+    fmax = sorted(s["fmax_mhz"] for s in seeds if s["finished"] and s["fmax_mhz"])
+    if fmax:
+        print(f"fpga: {len(fmax)} placements of one netlist: Fmax {fmax[0]} to {fmax[-1]} MHz, "
+              f"median {round(statistics.median(fmax), 2)} MHz", file=sys.stderr)
 
 
 def board_passed(rep, *, allow_timing_fail=False) -> bool:

@@ -12,6 +12,7 @@ and packed with the tools of :mod:`gen.fpga`.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from model.errors import InputError
 from .fpga import (PARTS, Board, Implementation, Part, _unplaced, _yosys_cells, board,
                    programmer_path, read_nextpnr_report, tool_versions, toolchain_env,
                    write_report)
+from .pnr_seeds import parse_seeds, run_seeds
 from .sdf_timing import endpoints_report
 
 __all__ = ["BoardOptions", "build_board", "SUBSET", "subset_case", "parse_verdict",
@@ -53,7 +55,8 @@ class BoardOptions:
     router: str | None = None           # nextpnr's --router; None: router2 on ECP5, else its default
     placer: str | None = None           # nextpnr's --placer; None: static on ECP5, else its default
     floorplan: bool = True              # lock each device's block RAMs to its stripe (gen.floorplan)
-    pnr_seed: int = 1                   # nextpnr's --seed
+    pnr_seed: int | str = 1             # nextpnr's --seed: N, A-B or a comma list (gen.pnr_seeds)
+    pnr_jobs: int | None = None         # placements at a time (None: one a core, at most one a seed)
 
     def out_dir(self) -> Path:
         return Path(self.out or f"build/fpga/{self.board}")
@@ -227,31 +230,20 @@ def _add_floorplan(plan, name: str, part: Part, devices: int) -> str | None:
     return f"each device's block RAMs locked to its 1/{devices} of the die (gen.floorplan)"
 
 
-def _run_build_script(plan, out: Path, env: dict, time_limit_s, progress):
-    """Extract ``plan`` into ``out`` and run its build script (tool output in
-    ``build.log``), stopping its whole process group after ``time_limit_s``.
-    Returns ``(products, status)``: ``"built"``, ``"failed"`` or ``"timeout"``."""
-    import signal
+def _run_build_script(plan, out: Path, env: dict, time_limit_s, progress, *, seeds=(1,), jobs=1,
+                      judge=lambda result: None):
+    """Extract ``plan`` into ``out`` and run its build script, synthesis once
+    and place and route once per seed (:func:`gen.pnr_seeds.run_seeds`; tool
+    output in ``build.log`` and ``seeds/sN/``), stopping every process group
+    after ``time_limit_s``. Returns ``(products, status, results, best)``:
+    status ``"built"``, ``"failed"`` or ``"timeout"``, each seed's
+    :class:`gen.pnr_seeds.SeedResult` and the one packed."""
     from amaranth.build.run import LocalBuildProducts
-    build_dir = plan.extract(str(out))
-    with open(out / "build.log", "w") as log:
-        proc = subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=time_limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return None, "timeout"
-    if rc:
-        tail = (out / "build.log").read_text()[-2000:]
-        progress(f"build failed (exit {rc}); the end of {out / 'build.log'}:\n{tail}")
-        return None, "failed"
-    return LocalBuildProducts(build_dir), "built"
+    build_dir = Path(plan.extract(str(out)))
+    script = (build_dir / f"{plan.script}.sh").read_text()
+    status, results, best = run_seeds(build_dir, script, list(seeds), env=env, judge=judge, jobs=jobs,
+                                      time_limit_s=time_limit_s, progress=progress)
+    return (LocalBuildProducts(str(build_dir)) if status == "built" else None), status, results, best
 
 
 def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
@@ -271,6 +263,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     if opts.program:
         programmer_path(b)                    # fail now, not after the build
     freq = _board_freq(opts, b, p)
+    seeds = parse_seeds(opts.pnr_seed)
     env = toolchain_env(p.family, system=opts.system_tools)
     out = opts.out_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -296,7 +289,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
                           do_build=False, nextpnr_opts=["--report", "top_report.json",
                                                         "--sdf", "top.sdf",
-                                                        "--timing-allow-fail", "--seed", str(opts.pnr_seed)]
+                                                        "--timing-allow-fail", "--seed", str(seeds[0])]
                           + (["--router", router] if router else [])
                           + (["--placer", placer] if placer else []))
     devices = (fields.get("reshard") or {}).get("devices", 0)
@@ -306,16 +299,27 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     if floorplan:                             # gen.floorplan importable from the build directory
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt", "top.sdf"):
+    for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt", "top.sdf", "top.tim", "top.config",
+                  "top.asc"):
         (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / "seeds", ignore_errors=True)
+
+    def judge(r):                             # one placement's figures, from its own directory
+        if (r.directory / "top_report.json").exists():
+            seed_impl = read_nextpnr_report(r.directory / "top_report.json", p.name)
+            r.fmax_mhz, r.timing_met = seed_impl.min_fmax_mhz, seed_impl.timing_met
+            r.failing = endpoints_report(r.directory / "top.sdf", freq, r.fmax_mhz)
+            r.endpoints, r.tns_ns = r.failing.get("endpoints"), r.failing.get("tns_ns")
+
+    jobs = opts.pnr_jobs or min(len(seeds), os.cpu_count() or 1)
     t_build = time.perf_counter()
-    products, status = _run_build_script(plan, out, env, opts.time_limit_s, progress)
+    products, status, placements, best = _run_build_script(plan, out, env, opts.time_limit_s, progress,
+                                                           seeds=seeds, jobs=jobs, judge=judge)
     build_seconds = round(time.perf_counter() - t_build, 1)
     impl = (read_nextpnr_report(out / "top_report.json", p.name)
             if (out / "top_report.json").exists() else None)
     if impl is not None and status == "built":
-        progress("finding every endpoint that misses the clock (top.sdf) ...")
-        impl.failing_endpoints = endpoints_report(out / "top.sdf", freq, impl.min_fmax_mhz)
+        impl.failing_endpoints = best.failing
     if impl is None:                          # nextpnr stopped: what its log says it needed
         tim = out / "top.tim"
         impl = ((tim.exists() and _unplaced(tim.read_text(), p.name))
@@ -340,7 +344,8 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
         "expected": {"cycles": sim["cycles"], "crc": f"{sim['crc']:08x}",
                      "uart_line": sim_line, "baud": opts.baud, "uart_divisor": divisor},
         "tools": tool_versions(env, p.family), "nextpnr_router": router or "default",
-        "nextpnr_placer": placer or "default", "nextpnr_seed": opts.pnr_seed,
+        "nextpnr_placer": placer or "default", "nextpnr_seed": best.seed if best else seeds[0],
+        "nextpnr_seeds": [r.to_json() for r in placements], "nextpnr_jobs": jobs,
         "floorplan": floorplan or "none (placed freely)",
         "build_seconds": build_seconds,
         "total_seconds": round(time.perf_counter() - t0, 1),

