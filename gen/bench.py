@@ -50,6 +50,7 @@ class BenchOptions:
     only: tuple[str, ...] | None = None
     fpga: bool = True
     fpga_time_limit_min: float = 60.0     # section ``fpga``: the limit of each build
+    fpga_pnr_seeds: str = "1"             # section ``fpga``: the board builds' nextpnr seeds
 
 
 def _timed_command(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -111,7 +112,8 @@ def run_bench(opts: BenchOptions = BenchOptions(), progress=lambda m: None) -> d
             figures.update(run_block_benchmarks(fpga=opts.fpga))
         elif name == "fpga":
             from gen.bench_fpga import run_benchmarks as run_fpga
-            figures.update(run_fpga(opts.fpga_time_limit_min, progress=progress))
+            figures.update(run_fpga(opts.fpga_time_limit_min, pnr_seeds=opts.fpga_pnr_seeds,
+                                    progress=progress))
         else:
             figures.update(importlib.import_module(_OPTIONAL[name]).run_benchmarks())
     return figures

@@ -12,6 +12,10 @@ fpga [--fpga-time-limit-min N]``) builds, each through the same functions as
 * the ``ulx3s-85f`` board: the full 2-device system with the micro-qwen2
   reshard at 100 MHz (its target).
 
+The boards are placed with ``pnr_seeds`` (``--fpga-pnr-seeds``, default
+1): with several, one synthesis and a placement each, the fastest packed
+and every placement's Fmax reported.
+
 Every build has the time limit; one that runs out is reported as ``did not
 finish within N min`` with no figures, never as a result. Builds write to
 ``build/bench_fpga/``. These take from minutes (the blocks, the iCE40) to
@@ -19,6 +23,7 @@ hours (the full ECP5 system): none runs in the test suite.
 """
 from __future__ import annotations
 
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -65,12 +70,14 @@ def ooc_figures(name, block, freq, target, mem_bytes=None, *, limit_s, out, buil
     return fig
 
 
-def board_figures(name, target, *, limit_s, out, build=None) -> dict:
-    """One board build as ``fpga_<board>_*`` figures."""
+def board_figures(name, target, *, limit_s, out, build=None, pnr_seeds="1") -> dict:
+    """One board build as ``fpga_<board>_*`` figures; with several
+    ``pnr_seeds``, every placement's Fmax and their median too (the figures
+    are the packed one's, the fastest)."""
     from gen.fpga_board import BoardOptions, build_board
     build = build or build_board
     key = "fpga_" + name.replace("-", "_")
-    rep = build(BoardOptions(board=name, out=str(out / name), time_limit_s=limit_s))
+    rep = build(BoardOptions(board=name, out=str(out / name), time_limit_s=limit_s, pnr_seed=pnr_seeds))
     fig = {f"{key}_what": rep["subset"] or "full system: " + (
                f"{rep['reshard']['devices']} devices, {rep['reshard']['model']} "
                f"{rep['reshard']['train']} -> {rep['reshard']['rollout']}"),
@@ -82,7 +89,12 @@ def board_figures(name, target, *, limit_s, out, build=None) -> dict:
                     f"{key}_fmax_mhz": rep["min_fmax_mhz"],
                     f"{key}_constraint_mhz": rep["constraint_mhz_requested"],
                     f"{key}_timing_met": rep["timing_met"], f"{key}_fits": not rep["overflows"],
-                    f"{key}_expected_uart": rep["expected"]["uart_line"]})
+                    f"{key}_expected_uart": rep["expected"]["uart_line"],
+                    f"{key}_pnr_seed": rep["nextpnr_seed"]})
+        placed = [s["fmax_mhz"] for s in rep["nextpnr_seeds"] if s["finished"] and s["fmax_mhz"]]
+        if len(rep["nextpnr_seeds"]) > 1:
+            fig[f"{key}_seeds_fmax_mhz"] = {s["seed"]: s["fmax_mhz"] for s in rep["nextpnr_seeds"]}
+            fig[f"{key}_seeds_median_fmax_mhz"] = round(statistics.median(placed), 2)
     if target is not None:
         fig[f"{key}_target_mhz"] = target
         fig[f"{key}_target_met"] = bool(rep["built"] and rep["timing_met"] and not rep["overflows"]
@@ -90,7 +102,8 @@ def board_figures(name, target, *, limit_s, out, build=None) -> dict:
     return fig
 
 
-def run_benchmarks(time_limit_min: float = 60, *, out=None, progress=lambda m: None) -> dict:
+def run_benchmarks(time_limit_min: float = 60, *, pnr_seeds="1", out=None,
+                   progress=lambda m: None) -> dict:
     out = Path(out or ROOT / "build" / "bench_fpga")
     limit_s = time_limit_min * 60
     figures: dict = {"fpga_time_limit_min": time_limit_min}
@@ -100,7 +113,7 @@ def run_benchmarks(time_limit_min: float = 60, *, out=None, progress=lambda m: N
         figures.update(ooc_figures(name, block, freq, target, mem_bytes, limit_s=limit_s, out=out))
     for name, target in BOARD_BUILDS:
         progress(f"bench fpga: board {name} (time limit {time_limit_min:g} min) ...")
-        figures.update(board_figures(name, target, limit_s=limit_s, out=out))
+        figures.update(board_figures(name, target, limit_s=limit_s, out=out, pnr_seeds=pnr_seeds))
     figures["fpga_anchors_lfe5u_25f"] = ANCHORS
     figures["fpga_bench_seconds"] = round(time.perf_counter() - t0, 1)
     return figures

@@ -22,12 +22,18 @@ def add_arguments(p):
     p.add_argument("--fpga-time-limit-min", type=float, default=60.0,
                    help="section fpga: stop a build after this many minutes and report that it did "
                         "not finish (default 60; the full ulx3s-85f system takes longer)")
+    p.add_argument("--fpga-pnr-seeds", default="1",
+                   help="section fpga: the board builds' nextpnr seeds, N, N-M or N,M,... (default 1): "
+                        "one synthesis, a placement per seed, the spread reported and the best packed")
 
 
 def run(args) -> int:
     from gen.bench import BenchOptions, run_bench
+    from gen.pnr_seeds import parse_seeds
+    parse_seeds(args.fpga_pnr_seeds, "--fpga-pnr-seeds")     # a bad list fails now, not hours in
     figures = run_bench(BenchOptions(tuple(args.only) if args.only else None, fpga=not args.no_fpga,
-                                     fpga_time_limit_min=args.fpga_time_limit_min),
+                                     fpga_time_limit_min=args.fpga_time_limit_min,
+                                     fpga_pnr_seeds=args.fpga_pnr_seeds),
                         progress=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         json.dump(figures, sys.stdout, indent=1)

@@ -79,6 +79,30 @@ def test_board_that_did_not_finish_claims_nothing(tmp_path):
     assert "fpga_ulx3s_85f_fmax_mhz" not in fig
 
 
+def test_board_placed_with_several_seeds_reports_each_and_their_median(tmp_path):
+    seeds = [{"seed": 1, "finished": True, "fmax_mhz": 86.57}, {"seed": 2, "finished": True, "fmax_mhz": 88.04},
+             {"seed": 3, "finished": False, "fmax_mhz": None}, {"seed": 4, "finished": True, "fmax_mhz": 92.71}]
+
+    def build(opts):
+        assert opts.pnr_seed == "1-4"
+        return {"subset": None, "reshard": {"devices": 2, "model": "m", "train": "t", "rollout": "r"},
+                "status": "built", "built": True, "build_seconds": 1.0, "lut4": 1, "logic_cells": 1, "ff": 1,
+                "bram_used": 1, "capacity": {"lut4": 2}, "min_fmax_mhz": 92.71, "constraint_mhz_requested": 100.0,
+                "timing_met": False, "overflows": [], "expected": {"uart_line": "PASS"},
+                "nextpnr_seed": 4, "nextpnr_seeds": seeds}
+    fig = board_figures("ulx3s-85f", 100.0, limit_s=600, out=tmp_path, build=build, pnr_seeds="1-4")
+    assert fig["fpga_ulx3s_85f_pnr_seed"] == 4 and fig["fpga_ulx3s_85f_fmax_mhz"] == 92.71
+    assert fig["fpga_ulx3s_85f_seeds_fmax_mhz"] == {1: 86.57, 2: 88.04, 3: None, 4: 92.71}
+    assert fig["fpga_ulx3s_85f_seeds_median_fmax_mhz"] == 88.04
+    assert fig["fpga_ulx3s_85f_target_met"] is False
+
+
+def test_bench_refuses_a_bad_seed_list_before_building(capsys):
+    from gen.cli import main
+    assert main(["bench", "--only", "fpga", "--fpga-pnr-seeds", "3-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --fpga-pnr-seeds: the range 3-1 runs backwards"
+
+
 def test_fpga_section_is_registered_and_left_out_by_no_fpga(monkeypatch):
     import gen.bench as bench
     assert "fpga" in SECTIONS
