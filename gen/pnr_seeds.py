@@ -207,9 +207,11 @@ def run_seeds(build_dir: Path, script: str, seeds: list[int], *, env: dict, judg
     if best is None:
         if all(r.rc is None for r in results):
             return "timeout", results, None
-        failed = next(r for r in results if r.rc)
-        progress(f"place and route failed (exit {failed.rc}, seed {failed.seed}); the end of "
-                 f"{failed.directory / 'nextpnr.log'}:\n{(failed.directory / 'nextpnr.log').read_text()[-2000:]}")
+        failed = next((r for r in results if r.rc), results[0])
+        progress(f"place and route failed (seed {failed.seed}: "
+                 + (f"exit {failed.rc}" if failed.rc else "no Fmax in its report")
+                 + f"); the end of {failed.directory / 'nextpnr.log'}:\n"
+                 + (failed.directory / "nextpnr.log").read_text()[-2000:])
         return "failed", results, None
     if len(seeds) > 1:
         progress(f"packing seed {best.seed}'s placement ({best.fmax_mhz} MHz) ...")

@@ -126,3 +126,12 @@ def test_seeds_stopped_at_the_time_limit_leave_nothing_packed(tmp_path):
                                       time_limit_s=2)
     assert status == "timeout" and best is None and [r.rc for r in results] == [None, None]
     assert time.monotonic() - t0 < 30 and not (tmp_path / "top.bit").exists()
+
+
+def test_placements_without_a_figure_fail_the_build_in_words(tmp_path):
+    env = dict(os.environ, YOSYS="sh", NEXTPNR_ECP5="sh", ECPPACK="sh")
+    said = []
+    status, results, best = run_seeds(tmp_path, _SCRIPT, [1], env=env, judge=lambda r: None, jobs=1,
+                                      progress=said.append)
+    assert status == "failed" and best is None and results[0].rc == 0
+    assert "place and route failed (seed 1: no Fmax in its report)" in said[-1]
