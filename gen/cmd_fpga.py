@@ -157,10 +157,13 @@ def _print_critical_path(rep, signals: int = 8) -> None:
     fe = rep.get("failing_endpoints") or {}
     if fe.get("endpoints"):
         print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz (by "
-              f"{fe['tns_ns']:g} ns in all), in {fe['signals']} signals; the worst (endpoints, ns, "
-              f"signal):", file=sys.stderr)
+              f"{fe['tns_ns']:g} ns in all), in {fe['signals']} signals; routing is "
+              f"{fe['median_routing_share']:.0%} of the median one, its longest hop "
+              f"{fe['median_longest_hop_ns']} ns; the worst (endpoints, ns, of it routing, longest "
+              f"hop, cells, signal):", file=sys.stderr)
         for g in fe["worst_signals"][:signals]:
-            print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f}  {g['signal']}", file=sys.stderr)
+            print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f} {g['routing_ns']:6.2f} "
+                  f"{g['longest_hop_ns']:5.2f} {g['cells']:3d}  {g['signal']}", file=sys.stderr)
 
 
 def _print_seeds(rep) -> None:

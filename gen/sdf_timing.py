@@ -14,17 +14,19 @@ nextpnr's Fmax to the picosecond.
 * :func:`failing_endpoints`: the endpoints over a period, worst first, each
   with its path;
 * :func:`group_endpoints`: the same by the signal they belong to (the cell
-  name without the suffixes Yosys and nextpnr add), for the report.
+  name without the suffixes Yosys and nextpnr add), for the report;
+* :func:`path_split`: a path's routing and logic, and its longest hop.
 """
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["TimingGraph", "Endpoint", "parse_sdf", "failing_endpoints", "group_endpoints",
-           "signal_of", "summarize"]
+           "signal_of", "summarize", "path_split"]
 
 _TOKEN = re.compile(r'\(|\)|"[^"]*"|(?:\\.|[^\s()])+')
 Pin = tuple[str, str]                        # (cell instance, port)
@@ -179,9 +181,29 @@ def signal_of(cell: str) -> str:
     return re.sub(r"(\.\d+)+$", "", name) or cell
 
 
+def path_split(e: Endpoint) -> dict:
+    """Where ``e``'s time goes: ``routing_ns`` (the arcs between two cells),
+    ``logic_ns`` (clock-to-output, the arcs through cells, and the setup),
+    ``cells`` (how many cells it passes through, launch and capture not
+    counted) and its ``longest_hop_ns`` (the longest single route). A path
+    whose routing is most of it, in one long hop, needs its cells nearer
+    together (or fewer loads on that net), not fewer levels of logic."""
+    routing = longest = 0.0
+    cells = 0
+    for (prev, _), (pin, delay) in zip(e.path, e.path[1:]):
+        if prev[0] != pin[0]:
+            routing += delay
+            longest = max(longest, delay)
+        else:
+            cells += 1
+    return {"routing_ns": round(routing, 2), "logic_ns": round(e.required_ns - routing, 2),
+            "cells": cells, "longest_hop_ns": round(longest, 2)}
+
+
 def group_endpoints(failing: list[Endpoint]) -> list[dict]:
     """The failing endpoints by signal, the worst group first: each with its
-    count, its worst figure and that endpoint's path (cells only)."""
+    count, its worst figure, that endpoint's path (cells only) and where its
+    time goes (:func:`path_split`)."""
     groups: dict[str, list[Endpoint]] = {}
     for e in failing:
         groups.setdefault(signal_of(e.pin[0]), []).append(e)
@@ -191,7 +213,8 @@ def group_endpoints(failing: list[Endpoint]) -> list[dict]:
         cells = [p[0] for p, _ in worst.path]
         out.append({"signal": signal, "endpoints": len(items),
                     "worst_ns": round(worst.required_ns, 2),
-                    "worst_path": [c for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]]})
+                    "worst_path": [c for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]],
+                    **path_split(worst)})
     return out
 
 
@@ -204,9 +227,15 @@ def summarize(text: str, constraint_mhz: float, *, groups: int = 25) -> dict:
     period = 1000 / constraint_mhz
     worst, failing = failing_endpoints(parse_sdf(text), period)
     grouped = group_endpoints(failing)
+    splits = [path_split(e) for e in failing]
+    median = (lambda xs: round(statistics.median(xs), 2) if xs else None)
     return {"constraint_mhz": constraint_mhz, "worst_ns": round(worst, 2),
             "fmax_mhz": round(1000 / worst, 2) if worst else None,
             "endpoints": len(failing), "tns_ns": round(sum(e.required_ns - period for e in failing), 2),
+            # over the failing endpoints: how much of a path is routing, and its longest hop
+            "median_routing_share": median([x["routing_ns"] / e.required_ns for x, e in zip(splits, failing)]),
+            "median_longest_hop_ns": median([x["longest_hop_ns"] for x in splits]),
+            "median_cells": median([x["cells"] for x in splits]),
             "signals": len(grouped), "worst_signals": grouped[:groups]}
 
 

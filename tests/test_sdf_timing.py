@@ -67,6 +67,19 @@ def test_summary_groups_by_signal_worst_first():
         "top.x.a_TRELLIS_FF_Q", "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z",
         "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z", "top.x.b_TRELLIS_FF_Q_2"]
     assert (summarize(SDF, 100)["endpoints"], summarize(SDF, 100)["tns_ns"]) == (0, 0)
+    assert summarize(SDF, 100)["median_routing_share"] is None
+
+
+def test_where_a_paths_time_goes():
+    """Routing is the arcs between cells (1 + 2 + 3 ns on b's path), logic the
+    rest (0.5 clock-to-output, two 0.24 LUTs, 0.1 setup); the longest hop is
+    3 ns; the RAM's path is one 9 ns hop and no cell between."""
+    s = summarize(SDF, 1000 / 7.0)
+    ring, b = s["worst_signals"]
+    assert (b["routing_ns"], b["logic_ns"], b["cells"], b["longest_hop_ns"]) == (6.0, 1.08, 2, 3.0)
+    assert (ring["routing_ns"], ring["logic_ns"], ring["cells"], ring["longest_hop_ns"]) == (9.0, 0.7, 0, 9.0)
+    assert s["median_routing_share"] == round((6.0 / 7.08 + 9.0 / 9.7) / 2, 2)
+    assert (s["median_longest_hop_ns"], s["median_cells"]) == (6.0, 1)
 
 
 def test_a_combinational_loop_is_left_out_not_looped_on():
@@ -97,3 +110,14 @@ def test_bad_sdf_is_an_error_and_the_report_says_unavailable(tmp_path):
     rep = endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 103.09)
     assert rep["agrees_with_nextpnr"] and rep["endpoints"] == 2
     assert not endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 90.0)["agrees_with_nextpnr"]
+
+
+def test_the_command_prints_where_the_failing_paths_time_goes(capsys):
+    from gen.cmd_fpga import _print_critical_path
+    _print_critical_path({"failing_endpoints": summarize(SDF, 1000 / 7.0)})
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("fpga: 2 endpoints miss 142.857 MHz (by 2.78 ns in all), in 2 signals; routing is "
+                      "89% of the median one, its longest hop 6.0 ns; the worst (endpoints, ns, of it "
+                      "routing, longest hop, cells, signal):")
+    assert err[1].split() == ["fpga:", "1", "9.70", "9.00", "9.00", "0", "top.x.ring"]
+    assert err[2].split() == ["fpga:", "1", "7.08", "6.00", "3.00", "2", "top.x.b"]
