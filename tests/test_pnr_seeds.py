@@ -90,7 +90,7 @@ def test_best_placement_is_the_fastest_then_the_fewest_failing_endpoints():
 _SCRIPT = """set -e
 : ${YOSYS:=yosys}
 "$YOSYS" -c 'echo netlist > top.json'
-"$NEXTPNR_ECP5" -c 's=$1; touch run.$s; sleep 1; ls run.* | wc -l > seeds/s$s/peers; rm run.$s; f=$((s * 10)); [ $s = 9 ] && f=20; [ $s = 4 ] && exit 5; echo $f > $2; echo seed$s > $3' --seed 1 top_report.json top.config
+"$NEXTPNR_ECP5" -c 's=$1; touch run.$s; sleep 2; ls run.* | wc -l > seeds/s$s/peers; rm run.$s; f=$((s * 10)); [ $s = 9 ] && f=20; [ $s = 4 ] && exit 5; echo $f > $2; echo seed$s > $3' --seed 1 top_report.json top.config
 "$ECPPACK" -c 'cp top.config top.bit'
 """
 
