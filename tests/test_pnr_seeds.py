@@ -120,7 +120,7 @@ def test_each_seed_placed_in_its_directory_and_the_fastest_packed(tmp_path):
 
 def test_seeds_stopped_at_the_time_limit_leave_nothing_packed(tmp_path):
     env = dict(os.environ, YOSYS="sh", NEXTPNR_ECP5="sh", ECPPACK="sh")
-    script = _SCRIPT.replace("sleep 1", "sleep 30")
+    script = _SCRIPT.replace("sleep 2", "sleep 30")
     t0 = time.monotonic()
     status, results, best = run_seeds(tmp_path, script, [1, 2], env=env, judge=_judge, jobs=2,
                                       time_limit_s=2)
