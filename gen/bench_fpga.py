@@ -91,10 +91,10 @@ def board_figures(name, target, *, limit_s, out, build=None, pnr_seeds="1") -> d
                     f"{key}_timing_met": rep["timing_met"], f"{key}_fits": not rep["overflows"],
                     f"{key}_expected_uart": rep["expected"]["uart_line"],
                     f"{key}_pnr_seed": rep["nextpnr_seed"]})
-        placed = [s["fmax_mhz"] for s in rep["nextpnr_seeds"] if s["finished"] and s["fmax_mhz"]]
         if len(rep["nextpnr_seeds"]) > 1:
+            from gen.pnr_seeds import placed_fmax
             fig[f"{key}_seeds_fmax_mhz"] = {s["seed"]: s["fmax_mhz"] for s in rep["nextpnr_seeds"]}
-            fig[f"{key}_seeds_median_fmax_mhz"] = round(statistics.median(placed), 2)
+            fig[f"{key}_seeds_median_fmax_mhz"] = round(statistics.median(placed_fmax(rep["nextpnr_seeds"])), 2)
     if target is not None:
         fig[f"{key}_target_mhz"] = target
         fig[f"{key}_target_met"] = bool(rep["built"] and rep["timing_met"] and not rep["overflows"]

@@ -176,7 +176,8 @@ def _print_seeds(rep) -> None:
                    f"{s['tns_ns']} ns in all" if s["finished"] and s["fmax_mhz"] else "did not finish")
         print(f"fpga: seed {s['seed']:3d}: {figures}" + ("  <- packed" if s["seed"] == rep["nextpnr_seed"]
                                                          and rep["built"] else ""), file=sys.stderr)
-    fmax = sorted(s["fmax_mhz"] for s in seeds if s["finished"] and s["fmax_mhz"])
+    from gen.pnr_seeds import placed_fmax
+    fmax = placed_fmax(seeds)
     if fmax:
         print(f"fpga: {len(fmax)} placements of one netlist: Fmax {fmax[0]} to {fmax[-1]} MHz, "
               f"median {round(statistics.median(fmax), 2)} MHz", file=sys.stderr)

@@ -29,7 +29,7 @@ from pathlib import Path
 from model.errors import InputError
 
 __all__ = ["parse_seeds", "ScriptParts", "split_script", "seed_command", "SeedResult", "best_seed",
-           "run_seeds", "MAX_SEEDS"]
+           "placed_fmax", "run_seeds", "MAX_SEEDS"]
 
 MAX_SEEDS = 64
 
@@ -129,6 +129,12 @@ def best_seed(results: list[SeedResult]) -> SeedResult | None:
         return None
     return min(done, key=lambda r: (-r.fmax_mhz, r.endpoints if r.endpoints is not None else 1 << 30,
                                     r.tns_ns or 0.0, results.index(r)))
+
+
+def placed_fmax(entries: list[dict]) -> list[float]:
+    """The Fmax of each placement that finished with one, lowest first, from
+    a report's ``nextpnr_seeds`` (:meth:`SeedResult.to_json`)."""
+    return sorted(e["fmax_mhz"] for e in entries if e["finished"] and e["fmax_mhz"])
 
 
 class _Deadline:

@@ -135,3 +135,18 @@ def test_placements_without_a_figure_fail_the_build_in_words(tmp_path):
                                       progress=said.append)
     assert status == "failed" and best is None and results[0].rc == 0
     assert "place and route failed (seed 1: no Fmax in its report)" in said[-1]
+
+
+def test_the_command_prints_each_placement_and_the_spread(capsys):
+    from gen.cmd_fpga import _print_seeds
+    seeds = [{"seed": 2, "finished": True, "fmax_mhz": 88.04, "failing_endpoints": 61, "tns_ns": 17.78},
+             {"seed": 3, "finished": True, "fmax_mhz": 86.3, "failing_endpoints": 86, "tns_ns": 37.6},
+             {"seed": 4, "finished": False, "fmax_mhz": None, "failing_endpoints": None, "tns_ns": None}]
+    _print_seeds({"nextpnr_seeds": seeds, "nextpnr_seed": 2, "built": True})
+    assert capsys.readouterr().err.splitlines() == [
+        "fpga: seed   2: 88.04 MHz, 61 endpoints miss the clock by 17.78 ns in all  <- packed",
+        "fpga: seed   3: 86.3 MHz, 86 endpoints miss the clock by 37.6 ns in all",
+        "fpga: seed   4: did not finish",
+        "fpga: 2 placements of one netlist: Fmax 86.3 to 88.04 MHz, median 87.17 MHz"]
+    _print_seeds({"nextpnr_seeds": seeds[:1], "nextpnr_seed": 2, "built": True})
+    assert capsys.readouterr().err == ""                  # one placement: nothing to compare
