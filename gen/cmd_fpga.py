@@ -154,16 +154,24 @@ def _print_critical_path(rep, signals: int = 8) -> None:
         print(f"fpga: critical path {cp['delay_ns']} ns ({cp['logic_cells']} logic cells, "
               f"{cp['routing_ns']} ns routing): {' -> '.join(cp['cells'])}",
               file=sys.stderr, flush=True)
+    from gen.sdf_timing import DETOUR_NS, DETOUR_TILES
     fe = rep.get("failing_endpoints") or {}
     if fe.get("endpoints"):
+        tiles = "median_longest_hop_tiles" in fe     # the placed netlist was read
+        over = (f" over {fe['median_longest_hop_tiles']} tiles (a detour, {DETOUR_NS:g} ns or more over "
+                f"{DETOUR_TILES} tiles or fewer, in {fe['detours']} "
+                f"path{'' if fe['detours'] == 1 else 's'})" if tiles else "")
         print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz (by "
               f"{fe['tns_ns']:g} ns in all), in {fe['signals']} signals; routing is "
               f"{fe['median_routing_share']:.0%} of the median one, its longest hop "
-              f"{fe['median_longest_hop_ns']} ns; the worst (endpoints, ns, of it routing, longest "
-              f"hop, cells, signal):", file=sys.stderr)
+              f"{fe['median_longest_hop_ns']} ns{over}; the worst (endpoints, ns, of it routing, "
+              f"longest hop{', its tiles' if tiles else ''}, cells, signal):", file=sys.stderr)
         for g in fe["worst_signals"][:signals]:
+            hop_tiles = g.get("longest_hop_tiles")
             print(f"fpga:   {g['endpoints']:5d} {g['worst_ns']:6.2f} {g['routing_ns']:6.2f} "
-                  f"{g['longest_hop_ns']:5.2f} {g['cells']:3d}  {g['signal']}", file=sys.stderr)
+                  f"{g['longest_hop_ns']:5.2f}"
+                  + (f" {'?' if hop_tiles is None else hop_tiles:>3}" if tiles else "")
+                  + f" {g['cells']:3d}  {g['signal']}", file=sys.stderr)
 
 
 def _print_seeds(rep) -> None:

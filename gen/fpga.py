@@ -401,6 +401,7 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
         args = [env["NEXTPNR_ICE40"], "--pcf-allow-unconstrained"]
     args += [p.nextpnr_device, "--package", p.package, "--json", f"{name}.json",
              "--freq", str(freq_mhz), "--report", f"{name}_report.json", "--sdf", f"{name}.sdf",
+             "--write", f"{name}_placed.json",
              "--seed", str(pnr_seed), "--timing-allow-fail"] + (["--placer", placer] if placer else [])
     r = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=left())
     if r.returncode:
@@ -409,7 +410,8 @@ def implement_ooc(component, name: str, workdir, *, part_name: str = "LFE5U-25F"
             raise RuntimeError(f"nextpnr failed for {name}:\n{r.stderr[-3000:]}")
     else:
         impl = read_nextpnr_report(workdir / f"{name}_report.json", part_name, lut4=lut, ff=ff)
-        impl.failing_endpoints = endpoints_report(workdir / f"{name}.sdf", freq_mhz, impl.min_fmax_mhz)
+        impl.failing_endpoints = endpoints_report(workdir / f"{name}.sdf", freq_mhz, impl.min_fmax_mhz,
+                                                  workdir / f"{name}_placed.json")
     if harness is not None:
         impl.harness = {"in_bits": harness.in_bits, "out_bits": harness.out_bits, **harness.cost}
     return impl

@@ -289,6 +289,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
     plan = platform.build(BoardPins(make_top(divisor), freq_mhz=freq), name="top", build_dir=str(out),
                           do_build=False, nextpnr_opts=["--report", "top_report.json",
                                                         "--sdf", "top.sdf",
+                                                        "--write", "top_placed.json",
                                                         "--timing-allow-fail", "--seed", str(seeds[0])]
                           + (["--router", router] if router else [])
                           + (["--placer", placer] if placer else []))
@@ -300,7 +301,7 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     for stale in ("top_report.json", "top.bit", "top.bin", "top.rpt", "top.sdf", "top.tim", "top.config",
-                  "top.asc"):
+                  "top.asc", "top_placed.json"):
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "seeds", ignore_errors=True)
 
@@ -308,7 +309,8 @@ def build_board(opts: BoardOptions, progress=lambda m: None) -> dict:
         if (r.directory / "top_report.json").exists():
             seed_impl = read_nextpnr_report(r.directory / "top_report.json", p.name)
             r.fmax_mhz, r.timing_met = seed_impl.min_fmax_mhz, seed_impl.timing_met
-            r.failing = endpoints_report(r.directory / "top.sdf", freq, r.fmax_mhz)
+            r.failing = endpoints_report(r.directory / "top.sdf", freq, r.fmax_mhz,
+                                         r.directory / "top_placed.json")
             r.endpoints, r.tns_ns = r.failing.get("endpoints"), r.failing.get("tns_ns")
 
     jobs = opts.pnr_jobs or min(len(seeds), os.cpu_count() or 1)

@@ -86,12 +86,12 @@ def split_script(text: str) -> ScriptParts:
 
 
 # nextpnr's output files in a board's build line (``top`` is the design's name)
-_OUTPUTS = (".tim", ".config", ".asc", "_report.json", ".sdf")
+_OUTPUTS = (".tim", ".config", ".asc", "_report.json", ".sdf", "_placed.json")
 
 
 def seed_command(pnr_line: str, seed: int, directory: str, name: str = "top") -> str:
     """``pnr_line`` with ``--seed seed`` and its output files (log, report,
-    SDF, configuration) in ``directory`` (relative to the build directory);
+    SDF, configuration, placed netlist) in ``directory`` (relative to the build directory);
     its inputs stay where they are."""
     words = pnr_line.split()
     if "--seed" not in words:

@@ -106,7 +106,7 @@ def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
     names the critical path; the endpoints read from its SDF agree with
     nextpnr's Fmax, none misses the constraint, and at 1.2 times its Fmax
     some do."""
-    from gen.sdf_timing import summarize
+    from gen.sdf_timing import placed_locations, summarize
     rep = build_ooc(OocOptions(block="dma", part="LFE5U-25F", out=str(tmp_path)))
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["lut4"] == rep["lut4"] > 0
@@ -123,6 +123,12 @@ def test_dma_out_of_context_meets_100_mhz_and_fits(tmp_path):
     tight = summarize((tmp_path / "dma.sdf").read_text(), 1.2 * rep["fmax_mhz"]["clk"])
     assert tight["endpoints"] > 0 and tight["fmax_mhz"] == fe["fmax_mhz"]
     assert tight["worst_signals"][0]["worst_ns"] == tight["worst_ns"]
+    # the placed netlist nextpnr wrote names the SDF's cells: every long hop has its tiles
+    assert fe["placed"] == str(tmp_path / "dma_placed.json")
+    where = placed_locations((tmp_path / "dma_placed.json").read_text())
+    tight = summarize((tmp_path / "dma.sdf").read_text(), 1.2 * rep["fmax_mhz"]["clk"], where=where)
+    hops = [g["longest_hop_tiles"] for g in tight["worst_signals"]]
+    assert hops and None not in hops and max(hops) > 0
 
 
 def test_critical_path_summary_names_each_cell_once():
@@ -238,6 +244,10 @@ def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path
     packed = max(own, key=lambda s: (own[s], -s))
     assert rep["nextpnr_seed"] == packed and rep["min_fmax_mhz"] == own[packed]
     assert (out / "top.asc").read_bytes() == (out / "seeds" / f"s{packed}" / "top.asc").read_bytes()
+    # each placement's netlist, for the tiles of its failing paths' hops (none fail at 12 MHz)
+    assert rep["failing_endpoints"]["placed"] == str(out / "seeds" / f"s{packed}" / "top_placed.json")
+    assert rep["failing_endpoints"]["endpoints"] == rep["failing_endpoints"]["detours"] == 0
+    assert (out / "top_placed.json").read_bytes() == (out / "seeds" / f"s{packed}" / "top_placed.json").read_bytes()
 
 
 def test_ooc_family_picks_its_part_and_must_agree_with_part(capsys):

@@ -40,7 +40,8 @@ def _plan_script(platform_cls, **opts):
             m.d.comb += led.o.eq(count[3])
             return m
     plan = platform_cls().build(Blink(), name="top", do_build=False,
-                                nextpnr_opts=["--report", "top_report.json", "--sdf", "top.sdf", "--seed", "1"],
+                                nextpnr_opts=["--report", "top_report.json", "--sdf", "top.sdf",
+                                              "--write", "top_placed.json", "--seed", "1"],
                                 **opts)
     return plan.files[f"{plan.script}.sh"]
 
@@ -60,7 +61,8 @@ def test_amaranth_build_script_cut_at_its_nextpnr_line(board):
     assert parts.pack.startswith(pack) and "set -e" in parts.preamble and f": ${{{tool}:=" in parts.preamble
     line = seed_command(parts.pnr, 12, "seeds/s12").split()
     assert line[line.index("--seed") + 1] == "12"
-    for option, name in (("--log", "top.tim"), ("--report", "top_report.json"), ("--sdf", "top.sdf")):
+    for option, name in (("--log", "top.tim"), ("--report", "top_report.json"), ("--sdf", "top.sdf"),
+                         ("--write", "top_placed.json")):
         assert line[line.index(option) + 1] == f"seeds/s12/{name}"
     assert f"seeds/s12/{config}" in line
     assert line[line.index("--json") + 1] == "top.json"         # its input stays in the build directory

@@ -1,7 +1,10 @@
 """gen.sdf_timing: every failing endpoint from an SDF, on small hand-made ones."""
+import json
+
 import pytest
 
-from gen.sdf_timing import endpoints_report, failing_endpoints, parse_sdf, signal_of, summarize
+from gen.sdf_timing import (endpoints_report, failing_endpoints, parse_sdf, placed_locations, signal_of,
+                             summarize)
 
 
 def _ff(name, clk_q=500, setup=100):
@@ -121,3 +124,58 @@ def test_the_command_prints_where_the_failing_paths_time_goes(capsys):
                       "routing, longest hop, cells, signal):")
     assert err[1].split() == ["fpga:", "1", "9.70", "9.00", "9.00", "0", "top.x.ring"]
     assert err[2].split() == ["fpga:", "1", "7.08", "6.00", "3.00", "2", "top.x.b"]
+
+
+# where nextpnr placed SDF's cells (its --write netlist): b's path makes its
+# 3 ns hop between neighbouring tiles (a detour), the RAM's 9 ns hop crosses 40
+PLACED = json.dumps({"modules": {"top": {"cells": {
+    "top.x.a_TRELLIS_FF_Q": {"type": "TRELLIS_FF", "attributes": {"NEXTPNR_BEL": "X10/Y10/SLICEA.FF0"}},
+    "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z_D_LUT4_Z": {"attributes": {"NEXTPNR_BEL": "X12/Y10/SLICEB.K1"}},
+    "top.x.b_TRELLIS_FF_Q_2_DI_LUT4_Z": {"attributes": {"NEXTPNR_BEL": "X20/Y14/SLICEC.K0"}},
+    "top.x.b_TRELLIS_FF_Q_2": {"attributes": {"NEXTPNR_BEL": "X20/Y15/SLICEC.FF0"}},
+    "top.x.ring.0.3$DPRAM_COMB3": {"attributes": {"NEXTPNR_BEL": "X40/Y30/SLICEA.K0"}},
+    "top.y.c_TRELLIS_FF_Q": {"attributes": {}},
+    "$gbuf$clk": {"attributes": {"NEXTPNR_BEL": "X67/Y0/TDCC2"}}}}}})
+
+
+def test_a_hops_tiles_come_from_the_placed_netlist():
+    """The cells' tiles from NEXTPNR_BEL (an unplaced cell has none); each
+    failing path's longest hop gets its distance (x plus y), and a hop of 2 ns
+    or more over 4 tiles or fewer counts as a detour."""
+    where = placed_locations(PLACED)
+    assert where["top.x.a_TRELLIS_FF_Q"] == (10, 10) and where["$gbuf$clk"] == (67, 0)
+    assert "top.y.c_TRELLIS_FF_Q" not in where
+    s = summarize(SDF, 1000 / 7.0, where=where)
+    ring, b = s["worst_signals"]
+    assert (b["longest_hop_ns"], b["longest_hop_tiles"]) == (3.0, 1)       # X20/Y14 -> X20/Y15
+    assert (ring["longest_hop_ns"], ring["longest_hop_tiles"]) == (9.0, 50)
+    assert (s["median_longest_hop_tiles"], s["detours"]) == (25.5, 1)
+    # a cell missing from the netlist gives no distance, not a wrong one
+    partial = {k: v for k, v in where.items() if k != "top.x.b_TRELLIS_FF_Q_2"}
+    assert summarize(SDF, 1000 / 7.0, where=partial)["worst_signals"][1]["longest_hop_tiles"] is None
+    assert "median_longest_hop_tiles" not in summarize(SDF, 1000 / 7.0)
+
+
+def test_the_report_reads_the_placed_netlist_or_says_why_not(tmp_path):
+    (tmp_path / "ok.sdf").write_text(SDF)
+    (tmp_path / "placed.json").write_text(PLACED)
+    rep = endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 103.09, tmp_path / "placed.json")
+    assert rep["placed"] == str(tmp_path / "placed.json") and rep["detours"] == 1
+    rep = endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 103.09, tmp_path / "missing.json")
+    assert rep["placed_unavailable"].startswith(str(tmp_path / "missing.json"))
+    assert rep["endpoints"] == 2 and "detours" not in rep
+    (tmp_path / "bad.json").write_text("{")
+    assert "placed_unavailable" in endpoints_report(tmp_path / "ok.sdf", 1000 / 7.0, 103.09,
+                                                    tmp_path / "bad.json")
+
+
+def test_the_command_prints_each_long_hops_tiles(capsys):
+    from gen.cmd_fpga import _print_critical_path
+    _print_critical_path({"failing_endpoints": summarize(SDF, 1000 / 7.0, where=placed_locations(PLACED))})
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("fpga: 2 endpoints miss 142.857 MHz (by 2.78 ns in all), in 2 signals; routing is "
+                      "89% of the median one, its longest hop 6.0 ns over 25.5 tiles (a detour, 2 ns or "
+                      "more over 4 tiles or fewer, in 1 path); the worst (endpoints, ns, of it routing, "
+                      "longest hop, its tiles, cells, signal):")
+    assert err[1].split() == ["fpga:", "1", "9.70", "9.00", "9.00", "50", "0", "top.x.ring"]
+    assert err[2].split() == ["fpga:", "1", "7.08", "6.00", "3.00", "1", "2", "top.x.b"]
