@@ -154,13 +154,12 @@ def _print_critical_path(rep, signals: int = 8) -> None:
         print(f"fpga: critical path {cp['delay_ns']} ns ({cp['logic_cells']} logic cells, "
               f"{cp['routing_ns']} ns routing): {' -> '.join(cp['cells'])}",
               file=sys.stderr, flush=True)
-    from gen.sdf_timing import DETOUR_NS, DETOUR_TILES
     fe = rep.get("failing_endpoints") or {}
     if fe.get("endpoints"):
         tiles = "median_longest_hop_tiles" in fe     # the placed netlist was read
-        over = (f" over {fe['median_longest_hop_tiles']} tiles (a detour, {DETOUR_NS:g} ns or more over "
-                f"{DETOUR_TILES} tiles or fewer, in {fe['detours']} "
-                f"path{'' if fe['detours'] == 1 else 's'})" if tiles else "")
+        over = (f" over {fe['median_longest_hop_tiles']} tiles (a detour, twice nextpnr's estimate "
+                f"for its distance or more, in {fe['detours']} path{'' if fe['detours'] == 1 else 's'})"
+                if tiles else "")
         print(f"fpga: {fe['endpoints']} endpoints miss {fe['constraint_mhz']:g} MHz (by "
               f"{fe['tns_ns']:g} ns in all), in {fe['signals']} signals; routing is "
               f"{fe['median_routing_share']:.0%} of the median one, its longest hop "

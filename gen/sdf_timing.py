@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["TimingGraph", "Endpoint", "parse_sdf", "failing_endpoints", "group_endpoints",
-           "signal_of", "summarize", "path_split", "placed_locations", "DETOUR_NS", "DETOUR_TILES"]
+           "signal_of", "summarize", "path_split", "placed_locations", "is_detour"]
 
 _TOKEN = re.compile(r'\(|\)|"[^"]*"|(?:\\.|[^\s()])+')
 Pin = tuple[str, str]                        # (cell instance, port)
@@ -186,11 +186,20 @@ def signal_of(cell: str) -> str:
     return re.sub(r"(\.\d+)+$", "", name) or cell
 
 
-#: A hop is a detour when it takes at least DETOUR_NS between cells at most
-#: DETOUR_TILES tiles apart. On the LFE5U-85F at speed 6, a route over up to
-#: four tiles took at most 1.65 ns in an uncongested placement (the device
-#: placed alone, 2026-12-08), against up to 5.5 ns on the 2-device board.
-DETOUR_NS, DETOUR_TILES = 2.0, 4
+#: nextpnr's own estimate of a route's delay on ECP5 at speed 6 (its static
+#: placer's model, ecp5/arch.cc): 0.72 ns plus 0.12 ns a tile, x plus y.
+ESTIMATE_NS, ESTIMATE_NS_PER_TILE = 0.72, 0.12
+
+
+def is_detour(delay_ns: float, tiles: int) -> bool:
+    """A route that took at least twice what nextpnr's ECP5 placer estimates
+    for its distance went around congestion rather than across the die. No
+    route of the 85F device placed alone comes near it (at most 1.65 ns over
+    2-4 tiles, 2.76 over 16-40, 2026-12-08); on the 2-device board 5.5 ns
+    over 3 tiles and 9.8 over 15 did. (The tiles of an iCE40 are smaller:
+    there the rule flags less than it should.)"""
+    return delay_ns >= 2 * (ESTIMATE_NS + ESTIMATE_NS_PER_TILE * tiles)
+
 
 _BEL_TILE = re.compile(r"X(\d+)/Y(\d+)/")
 
@@ -261,8 +270,7 @@ def summarize(text: str, constraint_mhz: float, *, groups: int = 25, where: dict
     netlists less noisily than the worst path alone) and the ``groups``
     worst signals. With the cells' tiles (``where``) also the median
     distance of the failing paths' longest hops and how many of those hops
-    are detours (:data:`DETOUR_NS` or more over :data:`DETOUR_TILES` tiles
-    or fewer)."""
+    are detours (:func:`is_detour`)."""
     period = 1000 / constraint_mhz
     worst, failing = failing_endpoints(parse_sdf(text), period)
     grouped = group_endpoints(failing, where)
@@ -279,8 +287,7 @@ def summarize(text: str, constraint_mhz: float, *, groups: int = 25, where: dict
     if where is not None:
         tiles = [x for x in splits if x["longest_hop_tiles"] is not None]
         summary["median_longest_hop_tiles"] = median([x["longest_hop_tiles"] for x in tiles])
-        summary["detours"] = sum(x["longest_hop_ns"] >= DETOUR_NS and x["longest_hop_tiles"] <= DETOUR_TILES
-                                 for x in tiles)
+        summary["detours"] = sum(is_detour(x["longest_hop_ns"], x["longest_hop_tiles"]) for x in tiles)
     return {**summary, "signals": len(grouped), "worst_signals": grouped[:groups]}
 
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from gen.sdf_timing import (endpoints_report, failing_endpoints, parse_sdf, placed_locations, signal_of,
-                             summarize)
+from gen.sdf_timing import (endpoints_report, failing_endpoints, is_detour, parse_sdf, placed_locations,
+                             signal_of, summarize)
 
 
 def _ff(name, clk_q=500, setup=100):
@@ -140,8 +140,8 @@ PLACED = json.dumps({"modules": {"top": {"cells": {
 
 def test_a_hops_tiles_come_from_the_placed_netlist():
     """The cells' tiles from NEXTPNR_BEL (an unplaced cell has none); each
-    failing path's longest hop gets its distance (x plus y), and a hop of 2 ns
-    or more over 4 tiles or fewer counts as a detour."""
+    failing path's longest hop gets its distance (x plus y); b's 3 ns between
+    neighbours is a detour, the RAM's 9 ns over 50 tiles is not."""
     where = placed_locations(PLACED)
     assert where["top.x.a_TRELLIS_FF_Q"] == (10, 10) and where["$gbuf$clk"] == (67, 0)
     assert "top.y.c_TRELLIS_FF_Q" not in where
@@ -154,6 +154,15 @@ def test_a_hops_tiles_come_from_the_placed_netlist():
     partial = {k: v for k, v in where.items() if k != "top.x.b_TRELLIS_FF_Q_2"}
     assert summarize(SDF, 1000 / 7.0, where=partial)["worst_signals"][1]["longest_hop_tiles"] is None
     assert "median_longest_hop_tiles" not in summarize(SDF, 1000 / 7.0)
+
+
+def test_a_detour_is_twice_nextpnrs_estimate_for_the_distance():
+    """nextpnr's ECP5 estimate is 0.72 ns plus 0.12 a tile: the slowest
+    routes of the device placed alone are not detours, the board's 5.5 ns over
+    3 tiles and 9.8 over 15 are, and a long route over 31 tiles is just long."""
+    assert not is_detour(1.65, 4) and not is_detour(2.76, 16) and not is_detour(5.24, 31)
+    assert is_detour(5.47, 3) and is_detour(9.83, 15)
+    assert is_detour(1.69, 1) and not is_detour(1.67, 1)          # 2 x (0.72 + 0.12) = 1.68
 
 
 def test_the_report_reads_the_placed_netlist_or_says_why_not(tmp_path):
@@ -174,8 +183,8 @@ def test_the_command_prints_each_long_hops_tiles(capsys):
     _print_critical_path({"failing_endpoints": summarize(SDF, 1000 / 7.0, where=placed_locations(PLACED))})
     err = capsys.readouterr().err.splitlines()
     assert err[0] == ("fpga: 2 endpoints miss 142.857 MHz (by 2.78 ns in all), in 2 signals; routing is "
-                      "89% of the median one, its longest hop 6.0 ns over 25.5 tiles (a detour, 2 ns or "
-                      "more over 4 tiles or fewer, in 1 path); the worst (endpoints, ns, of it routing, "
-                      "longest hop, its tiles, cells, signal):")
+                      "89% of the median one, its longest hop 6.0 ns over 25.5 tiles (a detour, twice "
+                      "nextpnr's estimate for its distance or more, in 1 path); the worst (endpoints, ns, "
+                      "of it routing, longest hop, its tiles, cells, signal):")
     assert err[1].split() == ["fpga:", "1", "9.70", "9.00", "9.00", "50", "0", "top.x.ring"]
     assert err[2].split() == ["fpga:", "1", "7.08", "6.00", "3.00", "1", "2", "top.x.b"]
