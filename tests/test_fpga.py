@@ -244,9 +244,8 @@ def test_icebreaker_builds_the_subset_without_a_programmer(monkeypatch, tmp_path
     packed = max(own, key=lambda s: (own[s], -s))
     assert rep["nextpnr_seed"] == packed and rep["min_fmax_mhz"] == own[packed]
     assert (out / "top.asc").read_bytes() == (out / "seeds" / f"s{packed}" / "top.asc").read_bytes()
-    # each placement's netlist, for the tiles of its failing paths' hops (none fail at 12 MHz)
+    # each placement keeps its placed netlist; the report read the packed one's
     assert rep["failing_endpoints"]["placed"] == str(out / "seeds" / f"s{packed}" / "top_placed.json")
-    assert rep["failing_endpoints"]["endpoints"] == rep["failing_endpoints"]["detours"] == 0
     assert (out / "top_placed.json").read_bytes() == (out / "seeds" / f"s{packed}" / "top_placed.json").read_bytes()
 
 
